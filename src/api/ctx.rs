@@ -1,0 +1,394 @@
+//! The context: one per communicator (or sim node). Owns the conduit, the tables
+//! and the progress machinery.
+//!
+//! Guarantees: a context is `Live` until `finalize`, then every call returns
+//! `FH_ERR_STATE`. Blocking calls progress AMs while they wait (so two ranks waiting
+//! on each other both make progress) and refuse to run inside an AM handler.
+//! Asynchronous errors (a peer refused one of our AMs) are kept and returned by the
+//! next `fh_poll`, never dropped.
+
+use super::am::{self, AmState};
+use super::heap::Heap;
+use super::rma::RmaState;
+use super::stats::Stats;
+use super::wire;
+use crate::conduit::mpi::{boot, describe_level, MpiConduit};
+use crate::conduit::sim::SimWorld;
+use crate::conduit::Conduit;
+use crate::firehose::registry::{LocalRegions, RemoteCache};
+use crate::runtime::config::{Config, Progress, ThreadLevel};
+use crate::runtime::error::{Error, Result};
+use crate::{bail, err};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum State {
+    Live = 0,
+    Finalizing = 1,
+    Finalized = 2,
+}
+
+/// Non-blocking calls poll once every this many calls (blocking calls always poll
+/// while they wait). Bounds the cost of polling on the fast path.
+pub const POLL_EVERY: u64 = 8;
+
+pub struct CtxInner {
+    pub conduit: Arc<dyn Conduit>,
+    /// The MPI conduit, when that is what `conduit` is (for MPI-only facts).
+    pub mpi: Option<Arc<MpiConduit>>,
+    pub rank: usize,
+    pub size: usize,
+    pub cfg: Config,
+    pub state: AtomicU8,
+    pub am: AmState,
+    pub rma: RmaState,
+    pub heap: Heap,
+    pub local_regs: LocalRegions,
+    pub remote: RemoteCache,
+    pub stats: Stats,
+    /// Outstanding access queries: id -> answer (status, start, end).
+    pub(crate) queries: Mutex<HashMap<u64, Option<(i32, usize, usize)>>>,
+    /// Outstanding invalidations: id -> acks still missing.
+    pub(crate) invals: Mutex<HashMap<u64, usize>>,
+    pub(crate) next_id: AtomicU64,
+    /// First asynchronous error not yet reported, and how many more occurred.
+    pub(crate) async_err: Mutex<Option<(Error, u64)>>,
+    pub(crate) call_count: AtomicU64,
+    /// Lines for fh_config_print beyond the settings table.
+    pub info: Mutex<Vec<String>>,
+    /// Keeps the sim poll hook alive (the sim conduit holds a Weak to it).
+    sim_hook: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
+}
+
+/// A context plus its progress thread.
+pub struct Context {
+    pub inner: Arc<CtxInner>,
+    progress: Mutex<Option<(Arc<AtomicBool>, JoinHandle<()>)>>,
+    /// Opened through `boot::open` (MPI contexts): call `boot::close` at finalize.
+    boot_opened: bool,
+}
+
+impl std::ops::Deref for Context {
+    type Target = CtxInner;
+    fn deref(&self) -> &CtxInner {
+        &self.inner
+    }
+}
+
+fn max_frame(cfg: &Config) -> usize {
+    wire::HEADER + 8 * wire::MAX_ARGS + cfg.am_max_medium
+}
+
+impl Context {
+    /// Create a context on an MPI communicator (collective). MPI must be usable:
+    /// the caller ran `boot::open` (which this context closes at finalize).
+    pub fn new_mpi(comm: mpi::ffi::MPI_Comm, cfg: Config) -> Result<Context> {
+        let level = boot::query_thread();
+        let c = match MpiConduit::new(comm, &cfg, max_frame(&cfg)) {
+            Ok(c) => Arc::new(c),
+            Err(e) => {
+                let _ = boot::close();
+                return Err(e);
+            }
+        };
+        let mut info = vec![
+            format!("conduit: mpi ({} ranks)", c.size()),
+            format!("MPI library: {}", boot::library_version().lines().next().unwrap_or("?")),
+            format!("built against: {}", boot::BUILT_FOR),
+            format!(
+                "MPI thread level: {}{}",
+                describe_level(level),
+                if level < ThreadLevel::Multiple {
+                    " (library serialises its own MPI calls)"
+                } else {
+                    ""
+                }
+            ),
+            format!("MPI owned by firehose: {}", boot::owns_mpi()),
+            format!("heap mlocked: {}", c.heap_locked()),
+        ];
+        let want_thread = cfg.progress == Progress::Thread;
+        let can_thread = level == ThreadLevel::Multiple;
+        if want_thread && !can_thread {
+            info.push(format!(
+                "progress thread: DISABLED (FH_PROGRESS=thread needs MPI_THREAD_MULTIPLE, MPI provides {}); polling only",
+                describe_level(level)
+            ));
+        }
+        let inner = CtxInner::build(c.clone(), Some(c), cfg, info);
+        let ctx = Context {
+            inner,
+            progress: Mutex::new(None),
+            boot_opened: true,
+        };
+        if want_thread && can_thread {
+            ctx.start_progress_thread();
+        } else if !want_thread {
+            ctx.info.lock().push("progress thread: off (FH_PROGRESS=poll)".into());
+        }
+        Ok(ctx)
+    }
+
+    /// Create the context of virtual node `rank` of a sim world.
+    pub fn new_sim(world: &Arc<SimWorld>, rank: usize, cfg: Config) -> Result<Context> {
+        if rank >= world.size() {
+            bail!(BadRank, "sim rank {} out of range (world of {})", rank, world.size());
+        }
+        let c = world.conduit(rank, max_frame(&cfg));
+        let inner = CtxInner::build(c.clone(), None, cfg, vec![format!("conduit: sim ({} nodes)", world.size())]);
+        let weak = Arc::downgrade(&inner);
+        let hook: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+            if let Some(ctx) = weak.upgrade() {
+                let _ = ctx.progress_once();
+            }
+        });
+        c.set_poll_hook(Arc::downgrade(&hook));
+        *inner.sim_hook.lock() = Some(hook);
+        let ctx = Context {
+            inner,
+            progress: Mutex::new(None),
+            boot_opened: false,
+        };
+        if ctx.cfg.progress == Progress::Thread {
+            ctx.start_progress_thread();
+        }
+        Ok(ctx)
+    }
+
+    fn start_progress_thread(&self) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s2 = stop.clone();
+        let inner = self.inner.clone();
+        let interval = std::time::Duration::from_micros(self.cfg.progress_interval_us);
+        let spawned = std::thread::Builder::new()
+            .name(format!("firehose-progress-{}", self.rank))
+            .spawn(move || {
+                while !s2.load(Ordering::Acquire) {
+                    let n = inner.progress_once().unwrap_or(0);
+                    if n == 0 {
+                        if interval.is_zero() {
+                            std::thread::yield_now();
+                        } else {
+                            std::thread::sleep(interval);
+                        }
+                    }
+                }
+            });
+        match spawned {
+            Ok(h) => {
+                *self.progress.lock() = Some((stop, h));
+                self.info
+                    .lock()
+                    .push(format!("progress thread: on (polls every {} us when idle)", self.cfg.progress_interval_us));
+            }
+            Err(e) => self.info.lock().push(format!("progress thread: failed to start ({}); polling only", e)),
+        }
+    }
+
+    pub fn has_progress_thread(&self) -> bool {
+        self.progress.lock().is_some()
+    }
+
+    /// Collective teardown. Never finalizes an MPI the library did not initialise.
+    pub fn finalize(&self) -> Result<()> {
+        am::check_not_in_handler("fh_finalize")?;
+        let inner = &self.inner;
+        if inner
+            .state
+            .compare_exchange(State::Live as u8, State::Finalizing as u8, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            bail!(State, "context is already finalized");
+        }
+        if let Some((stop, h)) = self.progress.lock().take() {
+            stop.store(true, Ordering::Release);
+            let _ = h.join();
+        }
+        let mut first: Result<()> = Ok(());
+        let mut note = |r: Result<()>| {
+            if first.is_ok() {
+                if let Err(e) = r {
+                    first = Err(e);
+                }
+            }
+        };
+        note(inner.rma.complete_everything(inner));
+        // Quiesce: keep serving AMs until every rank has arrived.
+        note(inner.conduit.barrier_start());
+        loop {
+            let _ = inner.progress_once();
+            match inner.conduit.barrier_test() {
+                Ok(true) => break,
+                Ok(false) => inner.conduit.idle(),
+                Err(e) => {
+                    note(Err(e));
+                    break;
+                }
+            }
+        }
+        for (start, r) in inner.local_regs.drain() {
+            let _ = inner.conduit.deregister(start, r.end - start);
+            if r.locked {
+                let (s, l) = crate::runtime::os::page_span(start, r.end - start);
+                crate::runtime::os::munlock(s, l);
+            }
+        }
+        note(inner.conduit.finalize());
+        *inner.sim_hook.lock() = None;
+        inner.state.store(State::Finalized as u8, Ordering::Release);
+        if self.boot_opened {
+            note(boot::close());
+        }
+        first
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        if let Some((stop, h)) = self.progress.lock().take() {
+            stop.store(true, Ordering::Release);
+            let _ = h.join();
+        }
+    }
+}
+
+impl CtxInner {
+    fn build(conduit: Arc<dyn Conduit>, mpi: Option<Arc<MpiConduit>>, cfg: Config, info: Vec<String>) -> Arc<CtxInner> {
+        let (rank, size) = (conduit.rank(), conduit.size());
+        let (hb, hl) = conduit.heap();
+        Arc::new(CtxInner {
+            rank,
+            size,
+            am: AmState::new(size, cfg.am_credits),
+            rma: RmaState::new(size),
+            heap: Heap::new(hb, hl),
+            local_regs: LocalRegions::new(size),
+            remote: RemoteCache::new(size),
+            stats: Stats::default(),
+            queries: Mutex::new(HashMap::new()),
+            invals: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            async_err: Mutex::new(None),
+            call_count: AtomicU64::new(0),
+            info: Mutex::new(info),
+            sim_hook: Mutex::new(None),
+            state: AtomicU8::new(State::Live as u8),
+            conduit,
+            mpi,
+            cfg,
+        })
+    }
+
+    pub fn state(&self) -> State {
+        match self.state.load(Ordering::Acquire) {
+            0 => State::Live,
+            1 => State::Finalizing,
+            _ => State::Finalized,
+        }
+    }
+
+    /// Error unless the context is live.
+    #[inline]
+    pub fn check_live(&self) -> Result<()> {
+        if self.state.load(Ordering::Acquire) != State::Live as u8 {
+            bail!(State, "context is finalized");
+        }
+        Ok(())
+    }
+
+    #[inline]
+    pub fn check_rank(&self, rank: i64) -> Result<usize> {
+        if rank < 0 || rank as u64 >= self.size as u64 {
+            bail!(BadRank, "rank {} is out of range: this context has ranks 0..{}", rank, self.size.saturating_sub(1));
+        }
+        Ok(rank as usize)
+    }
+
+    /// Run arrived AMs once. Returns how many frames were handled.
+    pub fn progress_once(&self) -> Result<usize> {
+        let st = self.state.load(Ordering::Acquire);
+        if st == State::Finalized as u8 {
+            return Ok(0);
+        }
+        self.conduit.am_poll(&mut |src, bytes, long| self.dispatch(src, bytes, long))
+    }
+
+    /// `fh_poll`: progress, then report any asynchronous error.
+    pub fn poll(&self) -> Result<usize> {
+        self.check_live()?;
+        am::check_not_in_handler("fh_poll")?;
+        let n = self.progress_once()?;
+        self.take_async_error()?;
+        Ok(n)
+    }
+
+    /// Cheap periodic polling for non-blocking calls.
+    #[inline]
+    pub fn maybe_poll(&self) {
+        if self.call_count.fetch_add(1, Ordering::Relaxed) % POLL_EVERY == POLL_EVERY - 1 && !am::in_handler() {
+            let _ = self.progress_once();
+        }
+    }
+
+    pub(crate) fn record_async_error(&self, e: Error) {
+        if self.cfg.verbose {
+            eprintln!("firehose[{}]: {}", self.rank, e);
+        }
+        let mut g = self.async_err.lock();
+        match g.as_mut() {
+            Some((_, more)) => *more += 1,
+            None => *g = Some((e, 0)),
+        }
+    }
+
+    pub fn take_async_error(&self) -> Result<()> {
+        match self.async_err.lock().take() {
+            Some((mut e, more)) => {
+                if more > 0 {
+                    e.msg.push_str(&format!(" (and {} more asynchronous errors)", more));
+                }
+                Err(e)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Progress until `done()` is true. Not allowed in handlers.
+    pub fn wait_until(&self, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
+        loop {
+            if done()? {
+                return Ok(());
+            }
+            if self.state.load(Ordering::Acquire) == State::Finalized as u8 {
+                bail!(State, "context was finalized while waiting");
+            }
+            if self.progress_once()? == 0 {
+                self.conduit.idle();
+            }
+        }
+    }
+
+    pub(crate) fn new_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Every setting with its source, then facts about this context.
+    pub fn render_config(&self) -> String {
+        let mut s = format!("firehose {} rank {}/{} configuration:\n", env!("CARGO_PKG_VERSION"), self.rank, self.size);
+        s.push_str(&self.cfg.render());
+        for l in self.info.lock().iter() {
+            s.push_str(&format!("  {}\n", l));
+        }
+        s
+    }
+}
+
+/// Convenience for errors raised on behalf of C callers.
+pub fn internal(msg: &str) -> Error {
+    err!(Internal, "{}", msg)
+}

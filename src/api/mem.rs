@@ -1,0 +1,257 @@
+//! Memory: `fh_malloc` heap, explicit registration, and the remote access check.
+//!
+//! Access protocol (until the firehose issue replaces it with firehoses): before the
+//! first access to a peer's user memory, the initiator asks the target (one AM round
+//! trip, `H_REG_QUERY`). The target answers from its own registration table — it is
+//! the only authority — and remembers the initiator as a holder. The initiator caches
+//! the region and later accesses inside it are fully one-sided. Unregistering tells
+//! every holder to drop the region and flush its operations (`H_INVALIDATE`) and waits
+//! for all acknowledgements before detaching: no rank keeps using a stale registration.
+
+use super::am::{self, Token, H_INVAL_ACK, H_REG_ANSWER, H_REG_QUERY};
+use super::ctx::CtxInner;
+use super::stats::Stats;
+use super::wire::{Category, Frame};
+use crate::firehose::registry::{covered, Region};
+use crate::runtime::config::Pin;
+use crate::runtime::error::{Result, Status};
+use crate::runtime::os;
+use crate::{bail, err};
+use parking_lot::RwLockReadGuard;
+use std::collections::BTreeMap;
+
+/// Proof that an access may be issued; hold it while issuing (it keeps the entry that
+/// allowed it from being invalidated meanwhile).
+pub enum Access<'a> {
+    Heap,
+    Cached(#[allow(dead_code)] RwLockReadGuard<'a, BTreeMap<usize, usize>>),
+    Local(#[allow(dead_code)] RwLockReadGuard<'a, BTreeMap<usize, Region>>),
+}
+
+impl CtxInner {
+    pub fn malloc(&self, nbytes: usize) -> Result<usize> {
+        self.check_live()?;
+        self.heap.alloc(nbytes)
+    }
+
+    pub fn free(&self, addr: usize) -> Result<()> {
+        self.check_live()?;
+        self.heap.free(addr)
+    }
+
+    pub fn mem_register(&self, addr: usize, len: usize) -> Result<()> {
+        self.check_live()?;
+        if addr == 0 {
+            bail!(InvalidArg, "addr is NULL");
+        }
+        if len == 0 {
+            bail!(InvalidArg, "len is 0");
+        }
+        let end = addr
+            .checked_add(len)
+            .ok_or_else(|| err!(InvalidArg, "[{:#x}, +{}) wraps around the address space", addr, len))?;
+        let (hb, hl) = self.conduit.heap();
+        if addr < hb + hl && end > hb {
+            bail!(InvalidArg, "[{:#x}, +{}) overlaps the library heap, which is always registered", addr, len);
+        }
+        if !os::is_mapped(addr, len) {
+            bail!(Access, "[{:#x}, +{}) is not mapped memory of this process", addr, len);
+        }
+        if let Some((s, e)) = self.overlapping_region(addr, end) {
+            bail!(InvalidArg, "[{:#x}, {:#x}) overlaps the registered region [{:#x}, {:#x}); unregister it first", addr, end, s, e);
+        }
+        let locked = self.cfg.pin == Pin::Mlock;
+        let (ps, pl) = os::page_span(addr, len);
+        if locked {
+            os::mlock(ps, pl)?;
+        }
+        if let Err(e) = self.conduit.register(addr, len) {
+            if locked {
+                os::munlock(ps, pl);
+            }
+            return Err(e);
+        }
+        if let Err(e) = self.local_regs.insert(addr, end, locked) {
+            let _ = self.conduit.deregister(addr, len);
+            if locked {
+                os::munlock(ps, pl);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn overlapping_region(&self, start: usize, end: usize) -> Option<(usize, usize)> {
+        let g = self.local_regs.read();
+        g.range(..end).next_back().filter(|(_, r)| r.end > start).map(|(&s, r)| (s, r.end))
+    }
+
+    pub fn mem_unregister(&self, addr: usize, len: usize) -> Result<()> {
+        self.check_live()?;
+        am::check_not_in_handler("fh_mem_unregister")?;
+        if addr == 0 || len == 0 {
+            bail!(InvalidArg, "addr is NULL or len is 0");
+        }
+        let end = addr.checked_add(len).ok_or_else(|| err!(InvalidArg, "range wraps around"))?;
+        let region = self.local_regs.remove_exact(addr, end)?;
+        self.retract(addr, region)
+    }
+
+    /// Drop every registration overlapping `[addr, addr+len)`, everywhere it is cached.
+    pub fn mem_invalidate(&self, addr: usize, len: usize) -> Result<usize> {
+        self.check_live()?;
+        am::check_not_in_handler("fh_mem_invalidate")?;
+        if addr == 0 {
+            bail!(InvalidArg, "addr is NULL");
+        }
+        let end = addr.checked_add(len).ok_or_else(|| err!(InvalidArg, "range wraps around"))?;
+        let gone = self.local_regs.remove_overlapping(addr, end.max(addr + 1));
+        let n = gone.len();
+        let mut first = Ok(());
+        for (s, r) in gone {
+            if let Err(e) = self.retract(s, r) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first.map(|_| n)
+    }
+
+    /// Tell the holders of a removed region to forget it, wait, then detach.
+    fn retract(&self, start: usize, region: Region) -> Result<()> {
+        let holders: Vec<usize> = region.holder_ranks().into_iter().filter(|&h| h != self.rank).collect();
+        let mut res = Ok(());
+        if !holders.is_empty() {
+            let id = self.new_id();
+            self.invals.lock().insert(id, holders.len());
+            for &h in &holders {
+                if let Err(e) = self.am_request(h, Category::Short, am::H_INVALIDATE, &[start as u64, region.end as u64, id], &[], None) {
+                    // Could not reach the holder: do not wait for its ack.
+                    *self.invals.lock().get_mut(&id).expect("present") -= 1;
+                    res = Err(e);
+                }
+                Stats::add(&self.stats.invalidations_sent, 1);
+            }
+            let w = self.wait_until(|| Ok(self.invals.lock().get(&id).copied().unwrap_or(0) == 0));
+            self.invals.lock().remove(&id);
+            w?;
+        }
+        let d = self.conduit.deregister(start, region.end - start);
+        if region.locked {
+            let (ps, pl) = os::page_span(start, region.end - start);
+            os::munlock(ps, pl);
+        }
+        res.and(d)
+    }
+
+    /// May `[addr, addr+len)` on `rank` be accessed? Returns the proof to hold while
+    /// issuing, or `FH_ERR_ACCESS` from the target's own check.
+    pub fn access(&self, rank: usize, addr: usize, len: usize) -> Result<Access<'_>> {
+        let (hb, hl) = self.conduit.remote_heap(rank);
+        if addr >= hb && addr.checked_add(len).is_some_and(|e| e <= hb + hl) {
+            return Ok(Access::Heap);
+        }
+        if rank == self.rank {
+            let g = self.local_regs.read();
+            if covered(&g, addr, len, |r| r.end) {
+                return Ok(Access::Local(g));
+            }
+            Stats::add(&self.stats.access_refused, 1);
+            bail!(
+                Access,
+                "[{:#x}, +{}) is not registered on rank {} (this rank): register it with fh_mem_register or use fh_malloc memory",
+                addr,
+                len,
+                rank
+            );
+        }
+        for _ in 0..4 {
+            if let Some(g) = self.remote.hit(rank, addr, len) {
+                Stats::add(&self.stats.remote_cache_hits, 1);
+                return Ok(Access::Cached(g));
+            }
+            Stats::add(&self.stats.remote_cache_misses, 1);
+            let (s, e) = self.query(rank, addr, len)?;
+            self.remote.insert(rank, s, e);
+        }
+        bail!(Internal, "access to rank {} at {:#x} kept missing after the target approved it", rank, addr)
+    }
+
+    fn query(&self, rank: usize, addr: usize, len: usize) -> Result<(usize, usize)> {
+        am::check_not_in_handler("a remote access check")?;
+        let id = self.new_id();
+        self.queries.lock().insert(id, None);
+        let sent = self.am_request(rank, Category::Short, H_REG_QUERY, &[addr as u64, len as u64, id], &[], None);
+        if let Err(e) = sent {
+            self.queries.lock().remove(&id);
+            return Err(e);
+        }
+        let w = self.wait_until(|| Ok(self.queries.lock().get(&id).is_some_and(|a| a.is_some())));
+        let ans = self.queries.lock().remove(&id).flatten();
+        w?;
+        match ans {
+            Some((0, s, e)) => Ok((s, e)),
+            Some((code, _, _)) => {
+                Stats::add(&self.stats.access_refused, 1);
+                let status = Status::from_code(code).unwrap_or(Status::Access);
+                Err(err!(
+                    Access,
+                    "rank {} refused access to [{:#x}, +{}): {} (register it there with fh_mem_register or allocate it with fh_malloc)",
+                    rank,
+                    addr,
+                    len,
+                    if status == Status::Access { "not registered memory" } else { status.describe().trim_end_matches('\0') }
+                ))
+            }
+            None => bail!(Internal, "access query to rank {} ended without an answer", rank),
+        }
+    }
+}
+
+/// Target side of an access query: args [addr, len, id] -> reply [id, status, start, end].
+pub(crate) fn handle_reg_query(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
+    let a = f.args();
+    if a.len() != 3 {
+        return;
+    }
+    let (addr, len, id) = (a[0] as usize, a[1] as usize, a[2]);
+    let (status, s, e) = match ctx.local_regs.lookup(addr, len, Some(tok.src)) {
+        Some((s, e)) if len > 0 && os::is_mapped(addr, len) => (0i64, s, e),
+        _ => (Status::Access.code() as i64, 0, 0),
+    };
+    let _ = ctx.am_reply(tok, Category::Short, H_REG_ANSWER, &[id, status as u64, s as u64, e as u64], &[], None);
+}
+
+pub(crate) fn handle_reg_answer(ctx: &CtxInner, _tok: &Token, f: &Frame<'_>) {
+    let a = f.args();
+    if a.len() != 4 {
+        return;
+    }
+    if let Some(slot) = ctx.queries.lock().get_mut(&a[0]) {
+        *slot = Some((a[1] as i64 as i32, a[2] as usize, a[3] as usize));
+    }
+}
+
+/// Holder side: forget `[start, end)` of the sender, complete our operations to it,
+/// then acknowledge. Args [start, end, id].
+pub(crate) fn handle_invalidate(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
+    let a = f.args();
+    if a.len() != 3 {
+        return;
+    }
+    ctx.remote.invalidate(tok.src, a[0] as usize, a[1] as usize);
+    if let Err(e) = ctx.conduit.flush(tok.src) {
+        ctx.record_async_error(e);
+    }
+    Stats::add(&ctx.stats.invalidations_handled, 1);
+    let _ = ctx.am_reply(tok, Category::Short, H_INVAL_ACK, &[a[2]], &[], None);
+}
+
+pub(crate) fn handle_inval_ack(ctx: &CtxInner, _tok: &Token, f: &Frame<'_>) {
+    if let Some(&id) = f.args().first() {
+        if let Some(n) = ctx.invals.lock().get_mut(&id) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}

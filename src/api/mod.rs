@@ -1,0 +1,13 @@
+//! API objects: the context and what hangs off it (RMA with handles, active
+//! messages, memory registration, the library heap). Written against the conduit
+//! trait only; the ffi layer above is a thin validation + translation shell.
+
+pub mod am;
+pub mod ctx;
+pub mod heap;
+pub mod mem;
+pub mod rma;
+pub mod stats;
+pub mod wire;
+
+pub use ctx::{Context, CtxInner};

@@ -1,0 +1,378 @@
+//! Put and get: blocking, explicit-handle (`_nb`) and implicit-handle (`_nbi`), with
+//! the synchronisation calls of seed 002's extended API.
+//!
+//! Completion model: every operation to rank r gets a sequence number `seq` from
+//! `issued[r]`; a conduit flush of r that *starts* after the operation was issued
+//! completes it, after which `completed[r] >= seq`. A handle is a generation-tagged
+//! slot index, so a handle that was already synced (or never existed) is refused
+//! with `FH_ERR_INVALID_ARG` instead of aliasing a newer operation.
+//! Puts complete remotely (the data is visible at the target), gets locally.
+
+use super::ctx::CtxInner;
+use super::stats::Stats;
+use crate::runtime::error::Result;
+use crate::bail;
+use parking_lot::Mutex;
+
+pub type Handle = u64;
+pub const HANDLE_NULL: Handle = 0;
+
+pub const NBI_PUTS: i32 = 1;
+pub const NBI_GETS: i32 = 2;
+pub const NBI_ALL: i32 = 3;
+
+#[derive(Clone, Copy, Debug)]
+struct Op {
+    rank: usize,
+    seq: u64,
+}
+
+#[derive(Default)]
+struct Slot {
+    gen: u32,
+    op: Option<Op>,
+}
+
+struct Inner {
+    issued: Vec<u64>,
+    /// Invariant: completed[r] <= issued[r].
+    completed: Vec<u64>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    nbi_puts: bool,
+    nbi_gets: bool,
+}
+
+pub struct RmaState {
+    inner: Mutex<Inner>,
+}
+
+fn encode(idx: u32, gen: u32) -> Handle {
+    ((gen as u64) << 32) | (idx as u64 + 1)
+}
+
+impl RmaState {
+    pub fn new(size: usize) -> RmaState {
+        RmaState {
+            inner: Mutex::new(Inner {
+                issued: vec![0; size],
+                completed: vec![0; size],
+                slots: Vec::new(),
+                free: Vec::new(),
+                nbi_puts: false,
+                nbi_gets: false,
+            }),
+        }
+    }
+
+    fn new_handle(&self, rank: usize) -> Handle {
+        let mut g = self.inner.lock();
+        g.issued[rank] += 1;
+        let seq = g.issued[rank];
+        let idx = match g.free.pop() {
+            Some(i) => i,
+            None => {
+                g.slots.push(Slot::default());
+                (g.slots.len() - 1) as u32
+            }
+        };
+        let slot = &mut g.slots[idx as usize];
+        debug_assert!(slot.op.is_none(), "free slot still holds an operation");
+        slot.op = Some(Op { rank, seq });
+        encode(idx, slot.gen)
+    }
+
+    fn lookup(&self, h: Handle) -> Result<Op> {
+        let g = self.inner.lock();
+        let idx = (h & 0xffff_ffff).wrapping_sub(1) as usize;
+        let gen = (h >> 32) as u32;
+        match g.slots.get(idx) {
+            Some(s) if s.gen == gen && s.op.is_some() => Ok(s.op.expect("checked")),
+            _ => bail!(InvalidArg, "handle {:#x} is not an outstanding operation (already synced, or never issued)", h),
+        }
+    }
+
+    fn retire(&self, h: Handle) {
+        let mut g = self.inner.lock();
+        let idx = (h & 0xffff_ffff) as usize - 1;
+        let s = &mut g.slots[idx];
+        s.op = None;
+        s.gen = s.gen.wrapping_add(1);
+        g.free.push(idx as u32);
+    }
+
+    fn is_complete(&self, op: Op) -> bool {
+        self.inner.lock().completed[op.rank] >= op.seq
+    }
+
+    /// Flush `rank` and record what that completed.
+    fn flush_rank(&self, ctx: &CtxInner, rank: usize) -> Result<()> {
+        let upto = self.inner.lock().issued[rank];
+        ctx.conduit.flush(rank)?;
+        let mut g = self.inner.lock();
+        if g.completed[rank] < upto {
+            g.completed[rank] = upto;
+        }
+        Ok(())
+    }
+
+    fn flush_all(&self, ctx: &CtxInner) -> Result<()> {
+        let upto = self.inner.lock().issued.clone();
+        ctx.conduit.flush_all()?;
+        let mut g = self.inner.lock();
+        for (c, u) in g.completed.iter_mut().zip(upto) {
+            if *c < u {
+                *c = u;
+            }
+        }
+        Ok(())
+    }
+
+    /// Finalize: complete every outstanding operation.
+    pub fn complete_everything(&self, ctx: &CtxInner) -> Result<()> {
+        self.flush_all(ctx)?;
+        let mut g = self.inner.lock();
+        g.nbi_puts = false;
+        g.nbi_gets = false;
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    Put,
+    Get,
+}
+
+impl CtxInner {
+    fn rma_checks(&self, rank: i64, local: usize, remote: usize, nbytes: usize) -> Result<usize> {
+        self.check_live()?;
+        let r = self.check_rank(rank)?;
+        if nbytes > 0 && (local == 0 || remote == 0) {
+            bail!(InvalidArg, "a buffer pointer is NULL (nbytes {})", nbytes);
+        }
+        if nbytes > isize::MAX as usize || local.checked_add(nbytes).is_none() || remote.checked_add(nbytes).is_none() {
+            bail!(InvalidArg, "nbytes {} is too large for the address space", nbytes);
+        }
+        Ok(r)
+    }
+
+    /// Issue one put/get after validating access; does not wait.
+    fn issue(&self, dir: Dir, rank: usize, remote: usize, local: usize, nbytes: usize) -> Result<()> {
+        let _proof = self.access(rank, remote, nbytes)?;
+        // SAFETY: the caller of the public functions guarantees `local` is valid for
+        // nbytes until the operation completes (documented per call); `remote` was
+        // approved by the target (proof held while issuing).
+        unsafe {
+            match dir {
+                Dir::Put => self.conduit.put(rank, remote, local as *const u8, nbytes)?,
+                Dir::Get => self.conduit.get(rank, remote, local as *mut u8, nbytes)?,
+            }
+        }
+        match dir {
+            Dir::Put => {
+                Stats::add(&self.stats.puts, 1);
+                Stats::add(&self.stats.put_bytes, nbytes as u64);
+            }
+            Dir::Get => {
+                Stats::add(&self.stats.gets, 1);
+                Stats::add(&self.stats.get_bytes, nbytes as u64);
+            }
+        }
+        Ok(())
+    }
+
+    fn blocking(&self, dir: Dir, rank: i64, remote: usize, local: usize, nbytes: usize) -> Result<()> {
+        let r = self.rma_checks(rank, local, remote, nbytes)?;
+        if nbytes == 0 {
+            return Ok(());
+        }
+        super::am::check_not_in_handler(if dir == Dir::Put { "fh_put" } else { "fh_get" })?;
+        self.issue(dir, r, remote, local, nbytes)?;
+        self.conduit.flush(r)?;
+        self.maybe_poll();
+        Ok(())
+    }
+
+    /// `fh_put`: returns when the data is visible at the target.
+    pub fn put(&self, rank: i64, dst: usize, src: usize, nbytes: usize) -> Result<()> {
+        self.blocking(Dir::Put, rank, dst, src, nbytes)
+    }
+
+    /// `fh_get`: returns when the data is in `dst`.
+    pub fn get(&self, dst: usize, rank: i64, src: usize, nbytes: usize) -> Result<()> {
+        self.blocking(Dir::Get, rank, src, dst, nbytes)
+    }
+
+    fn nb(&self, dir: Dir, rank: i64, remote: usize, local: usize, nbytes: usize) -> Result<Handle> {
+        let r = self.rma_checks(rank, local, remote, nbytes)?;
+        if nbytes == 0 {
+            return Ok(HANDLE_NULL);
+        }
+        self.issue(dir, r, remote, local, nbytes)?;
+        let h = self.rma.new_handle(r);
+        self.maybe_poll();
+        Ok(h)
+    }
+
+    pub fn put_nb(&self, rank: i64, dst: usize, src: usize, nbytes: usize) -> Result<Handle> {
+        self.nb(Dir::Put, rank, dst, src, nbytes)
+    }
+
+    pub fn get_nb(&self, dst: usize, rank: i64, src: usize, nbytes: usize) -> Result<Handle> {
+        self.nb(Dir::Get, rank, src, dst, nbytes)
+    }
+
+    fn nbi(&self, dir: Dir, rank: i64, remote: usize, local: usize, nbytes: usize) -> Result<()> {
+        let r = self.rma_checks(rank, local, remote, nbytes)?;
+        if nbytes == 0 {
+            return Ok(());
+        }
+        self.issue(dir, r, remote, local, nbytes)?;
+        {
+            let mut g = self.rma.inner.lock();
+            g.issued[r] += 1;
+            match dir {
+                Dir::Put => g.nbi_puts = true,
+                Dir::Get => g.nbi_gets = true,
+            }
+        }
+        self.maybe_poll();
+        Ok(())
+    }
+
+    pub fn put_nbi(&self, rank: i64, dst: usize, src: usize, nbytes: usize) -> Result<()> {
+        self.nbi(Dir::Put, rank, dst, src, nbytes)
+    }
+
+    pub fn get_nbi(&self, dst: usize, rank: i64, src: usize, nbytes: usize) -> Result<()> {
+        self.nbi(Dir::Get, rank, src, dst, nbytes)
+    }
+
+    /// Complete `h` if it can be completed now. On this design a flush never waits for
+    /// the application on the target, so `test` completes the operation; `NOT_READY`
+    /// is reserved for conduits where it would.
+    pub fn test(&self, h: Handle) -> Result<bool> {
+        self.check_live()?;
+        if h == HANDLE_NULL {
+            return Ok(true);
+        }
+        let op = self.rma.lookup(h)?;
+        if !self.rma.is_complete(op) {
+            super::am::check_not_in_handler("fh_test")?;
+            let r = self.rma.flush_rank(self, op.rank);
+            if let Err(e) = r {
+                self.rma.retire(h);
+                return Err(e);
+            }
+        }
+        debug_assert!(self.rma.is_complete(op));
+        self.rma.retire(h);
+        self.maybe_poll();
+        Ok(true)
+    }
+
+    pub fn wait(&self, h: Handle) -> Result<()> {
+        while !self.test(h)? {
+            if self.progress_once()? == 0 {
+                self.conduit.idle();
+            }
+        }
+        Ok(())
+    }
+
+    /// Complete all; completed entries become `HANDLE_NULL`. Returns the first error
+    /// (after still completing the others).
+    pub fn wait_all(&self, hs: &mut [Handle]) -> Result<()> {
+        self.check_live()?;
+        let mut first = Ok(());
+        for h in hs.iter_mut() {
+            if *h != HANDLE_NULL {
+                let r = self.wait(*h);
+                *h = HANDLE_NULL;
+                if first.is_ok() {
+                    first = r;
+                }
+            }
+        }
+        first
+    }
+
+    /// True if all completed (those become `HANDLE_NULL`).
+    pub fn test_all(&self, hs: &mut [Handle]) -> Result<bool> {
+        self.check_live()?;
+        let mut all = true;
+        for h in hs.iter_mut() {
+            if *h != HANDLE_NULL {
+                if self.test(*h)? {
+                    *h = HANDLE_NULL;
+                } else {
+                    all = false;
+                }
+            }
+        }
+        Ok(all)
+    }
+
+    /// Complete at least one (unless all are already `HANDLE_NULL`).
+    pub fn wait_some(&self, hs: &mut [Handle]) -> Result<()> {
+        self.check_live()?;
+        loop {
+            let mut any_left = false;
+            let mut done_one = false;
+            for h in hs.iter_mut() {
+                if *h != HANDLE_NULL {
+                    any_left = true;
+                    if self.test(*h)? {
+                        *h = HANDLE_NULL;
+                        done_one = true;
+                    }
+                }
+            }
+            if done_one || !any_left {
+                return Ok(());
+            }
+            if self.progress_once()? == 0 {
+                self.conduit.idle();
+            }
+        }
+    }
+
+    fn check_which(which: i32) -> Result<()> {
+        if which & !NBI_ALL != 0 || which == 0 {
+            bail!(InvalidArg, "which = {} must be FH_NBI_PUTS, FH_NBI_GETS or FH_NBI_ALL", which);
+        }
+        Ok(())
+    }
+
+    pub fn wait_nbi(&self, which: i32) -> Result<()> {
+        self.check_live()?;
+        Self::check_which(which)?;
+        super::am::check_not_in_handler("fh_wait_nbi")?;
+        let pending = {
+            let g = self.rma.inner.lock();
+            (which & NBI_PUTS != 0 && g.nbi_puts) || (which & NBI_GETS != 0 && g.nbi_gets)
+        };
+        if pending {
+            self.rma.flush_all(self)?;
+            let mut g = self.rma.inner.lock();
+            // A full flush completes both kinds.
+            g.nbi_puts = false;
+            g.nbi_gets = false;
+        }
+        self.maybe_poll();
+        Ok(())
+    }
+
+    pub fn test_nbi(&self, which: i32) -> Result<bool> {
+        self.wait_nbi(which)?;
+        Ok(true)
+    }
+
+    /// Number of explicit handles not yet synced (for tests and leak checks).
+    pub fn outstanding_handles(&self) -> usize {
+        let g = self.rma.inner.lock();
+        g.slots.iter().filter(|s| s.op.is_some()).count()
+    }
+}
+

@@ -1,0 +1,142 @@
+//! The transport contract.
+//!
+//! A conduit moves bytes between ranks: it registers local memory so peers may
+//! access it, initiates one-sided puts and gets that complete at a flush, and carries
+//! active-message frames with an optional bulk ("long") payload. Everything above
+//! (flow control, handler dispatch, access checks, the firehose algorithm) is written
+//! once against [`Conduit`] and tested on the deterministic [`sim`] conduit.
+//!
+//! Guarantees every implementation gives:
+//! - `put`/`get` are *initiated* by the call and complete (remotely for puts, locally
+//!   for gets) no later than the next `flush(rank)`/`flush_all()` that starts after
+//!   the call returned.
+//! - A frame passed to `am_send` is delivered exactly once to the destination's
+//!   `am_poll`, unless an error is returned.
+//! - A long payload is handed to the receiver's sink together with its frame; the sink
+//!   places it (zero-copy where the conduit can) or lets it be discarded.
+//! - No call faults on a bad remote address: the conduit either refuses (sim, NIC
+//!   protection) or relies on the layer above having validated it (MPI).
+
+use crate::runtime::error::Result;
+
+pub mod mpi;
+pub mod sim;
+
+/// What a conduit can do; the layers above adapt to it.
+#[derive(Clone, Debug)]
+pub struct Caps {
+    pub name: &'static str,
+    /// Several threads may call the conduit at once (MPI_THREAD_MULTIPLE or sim).
+    pub thread_multiple: bool,
+    /// Bytes a frame may carry (header + arguments + medium payload).
+    pub max_frame: usize,
+    /// Remote atomics are implemented.
+    pub atomics: bool,
+    /// The conduit checks remote accesses itself (like a NIC's protection check); if
+    /// false the layer above must only issue accesses to registered memory.
+    pub checks_remote_access: bool,
+}
+
+/// A bulk payload to send with a frame.
+pub enum LongSrc {
+    /// The caller keeps the bytes alive and unchanged until `send_done` says so.
+    Borrowed { ptr: *const u8, len: usize },
+    /// The conduit owns the bytes (used from handler context: never blocks).
+    Owned(Vec<u8>),
+}
+
+/// The receive side of a long payload, offered to the sink with its frame.
+pub trait LongIn {
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Receive the payload into `dst`.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len()` bytes.
+    unsafe fn deliver_to(&mut self, dst: *mut u8) -> Result<()>;
+}
+
+/// The receiver of incoming frames: `(source rank, frame bytes, long payload)`.
+/// If the sink does not call `deliver_to`, the conduit drains and drops the payload.
+pub type Sink<'a> = dyn FnMut(usize, &mut [u8], Option<&mut dyn LongIn>) + 'a;
+
+/// Identifies a send whose borrowed payload is still in use.
+pub type SendId = u64;
+
+/// Remote atomic operations (the later synchronisation layer fills these in).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicOp {
+    FetchAdd(u64),
+    Swap(u64),
+    Cas { expected: u64, desired: u64 },
+    Fetch,
+}
+
+pub trait Conduit: Send + Sync {
+    fn caps(&self) -> &Caps;
+    fn rank(&self) -> usize;
+    fn size(&self) -> usize;
+
+    /// The local library heap: always registered, `(base, len)`.
+    fn heap(&self) -> (usize, usize);
+    /// Rank `rank`'s library heap `(base, len)` in its address space.
+    fn remote_heap(&self, rank: usize) -> (usize, usize);
+
+    /// Make local `[addr, addr+len)` remotely accessible.
+    fn register(&self, addr: usize, len: usize) -> Result<()>;
+    /// Undo `register` (exactly the same range).
+    fn deregister(&self, addr: usize, len: usize) -> Result<()>;
+
+    /// Initiate a put of `len` bytes from local `src` to `raddr` on `rank`.
+    ///
+    /// # Safety
+    /// `src` must be readable for `len` bytes until the next flush of `rank`
+    /// completes; `raddr` must be accessible on `rank` (registered there).
+    unsafe fn put(&self, rank: usize, raddr: usize, src: *const u8, len: usize) -> Result<()>;
+
+    /// Initiate a get of `len` bytes from `raddr` on `rank` into local `dst`.
+    ///
+    /// # Safety
+    /// `dst` must be writable for `len` bytes until the next flush of `rank`
+    /// completes; `raddr` must be accessible on `rank`.
+    unsafe fn get(&self, rank: usize, raddr: usize, dst: *mut u8, len: usize) -> Result<()>;
+
+    /// Complete every put/get to `rank` initiated before this call.
+    fn flush(&self, rank: usize) -> Result<()>;
+    /// Complete every put/get initiated before this call.
+    fn flush_all(&self) -> Result<()>;
+
+    /// Remote atomic on a 64-bit word (placeholder until the synchronisation issue).
+    fn atomic(&self, _rank: usize, _raddr: usize, _op: AtomicOp) -> Result<u64> {
+        Err(crate::err!(
+            Unsupported,
+            "remote atomics are not implemented on the {} conduit yet",
+            self.caps().name
+        ))
+    }
+
+    /// Send one frame (at most `caps().max_frame` bytes) with an optional long payload.
+    /// Never blocks on the peer. Returns an id to pass to `send_done` when a borrowed
+    /// payload is still in use.
+    fn am_send(&self, dest: usize, frame: Vec<u8>, long: Option<LongSrc>) -> Result<Option<SendId>>;
+    /// True when the borrowed payload of send `id` may be reused.
+    fn send_done(&self, id: SendId) -> Result<bool>;
+    /// Deliver arrived frames to `sink`; returns how many were delivered. If another
+    /// thread is already polling, returns 0 at once.
+    fn am_poll(&self, sink: &mut Sink<'_>) -> Result<usize>;
+
+    /// Called by wait loops when nothing completed: yield the CPU, or (sim) run the
+    /// other virtual nodes.
+    fn idle(&self);
+
+    /// Exchange one u64 with every rank (bootstrap only; blocking).
+    fn allgather_u64(&self, x: u64) -> Result<Vec<u64>>;
+    /// Start a barrier; `barrier_test` completes it without blocking.
+    fn barrier_start(&self) -> Result<()>;
+    fn barrier_test(&self) -> Result<bool>;
+
+    /// Release every resource. Collective for MPI. After this every call errors.
+    fn finalize(&self) -> Result<()>;
+}

@@ -1,0 +1,195 @@
+//! MPI bootstrap: who owns MPI, which MPI we run under, thread level.
+//!
+//! Guarantees: the library calls `MPI_Init_thread` only from `fh_init_world` when MPI
+//! is not initialised yet, and then (and only then) calls `MPI_Finalize` when the last
+//! context is finalized. Before any other MPI call it checks that the MPI library the
+//! program runs under is the one libfirehose was built against (two MPIs in one
+//! process crash on the first real call), and refuses with a clear message otherwise.
+
+use crate::runtime::config::ThreadLevel;
+use crate::runtime::error::Result;
+use crate::{bail, err};
+use mpi::ffi;
+use parking_lot::Mutex;
+use std::os::raw::{c_char, c_int};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// Which MPI this library was built against ("openmpi", "mpich" or "unknown").
+pub const BUILT_FOR: &str = env!("FH_MPI_VENDOR");
+
+static OWNED: AtomicBool = AtomicBool::new(false);
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static BOOT: Mutex<()> = Mutex::new(());
+
+/// The runtime MPI's `MPI_Get_library_version` string. Safe before `MPI_Init`
+/// and ABI-identical in every MPI, so it can be called even under the wrong MPI.
+pub fn library_version() -> String {
+    let mut buf = vec![0 as c_char; 8192];
+    let mut len: c_int = 0;
+    // SAFETY: buf holds 8192 bytes, more than any MPI_MAX_LIBRARY_VERSION_STRING;
+    // MPI writes at most that many bytes and sets len.
+    let rc = unsafe { ffi::MPI_Get_library_version(buf.as_mut_ptr(), &mut len) };
+    if rc != 0 {
+        return String::new();
+    }
+    let bytes: Vec<u8> = buf[..(len.max(0) as usize).min(buf.len())]
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&c| c != 0)
+        .collect();
+    String::from_utf8_lossy(&bytes).trim().to_string()
+}
+
+/// Refuse to run under a different MPI than the one we were built for.
+pub fn check_library() -> Result<()> {
+    let v = library_version();
+    let first = v.lines().next().unwrap_or("").to_string();
+    let runs = if v.contains("Open MPI") {
+        "openmpi"
+    } else if v.contains("MPICH") {
+        "mpich"
+    } else {
+        "unknown"
+    };
+    if BUILT_FOR != "unknown" && runs != "unknown" && runs != BUILT_FOR {
+        bail!(
+            Mpi,
+            "libfirehose was built against {} but this program runs under {} ({}); \
+             rebuild firehose with MPICC pointing at the program's MPI, or link the \
+             program with the MPI in `pkg-config --variable=mpi firehose`",
+            BUILT_FOR,
+            runs,
+            first
+        );
+    }
+    Ok(())
+}
+
+pub fn is_initialized() -> bool {
+    let mut flag: c_int = 0;
+    // SAFETY: MPI_Initialized may be called at any time and writes one int.
+    unsafe { ffi::MPI_Initialized(&mut flag) };
+    flag != 0
+}
+
+pub fn is_finalized() -> bool {
+    let mut flag: c_int = 0;
+    // SAFETY: MPI_Finalized may be called at any time and writes one int.
+    unsafe { ffi::MPI_Finalized(&mut flag) };
+    flag != 0
+}
+
+/// The thread level MPI provides (MPI must be initialised).
+pub fn query_thread() -> ThreadLevel {
+    let mut p: c_int = 0;
+    // SAFETY: writes one int; MPI is initialised (caller's precondition).
+    unsafe { ffi::MPI_Query_thread(&mut p) };
+    level_from_mpi(p)
+}
+
+fn level_from_mpi(p: c_int) -> ThreadLevel {
+    // SAFETY: reading extern constants exported by rsmpi's C shim.
+    unsafe {
+        if p == ffi::RSMPI_THREAD_MULTIPLE {
+            ThreadLevel::Multiple
+        } else if p == ffi::RSMPI_THREAD_SERIALIZED {
+            ThreadLevel::Serialized
+        } else if p == ffi::RSMPI_THREAD_FUNNELED {
+            ThreadLevel::Funneled
+        } else {
+            ThreadLevel::Single
+        }
+    }
+}
+
+fn level_to_mpi(l: ThreadLevel) -> c_int {
+    // SAFETY: reading extern constants exported by rsmpi's C shim.
+    unsafe {
+        match l {
+            ThreadLevel::Single => ffi::RSMPI_THREAD_SINGLE,
+            ThreadLevel::Funneled => ffi::RSMPI_THREAD_FUNNELED,
+            ThreadLevel::Serialized => ffi::RSMPI_THREAD_SERIALIZED,
+            ThreadLevel::Multiple => ffi::RSMPI_THREAD_MULTIPLE,
+        }
+    }
+}
+
+/// Make sure MPI can be used by a new context. With `init_if_needed`, initialise MPI
+/// (requesting `level`) when nobody has; the library then owns MPI.
+pub fn open(init_if_needed: Option<ThreadLevel>) -> Result<()> {
+    let _g = BOOT.lock();
+    check_library()?;
+    if is_finalized() {
+        bail!(State, "MPI is already finalized");
+    }
+    if !is_initialized() {
+        let Some(level) = init_if_needed else {
+            bail!(
+                State,
+                "MPI is not initialized: call MPI_Init/MPI_Init_thread before fh_init, or use fh_init_world"
+            );
+        };
+        let mut provided: c_int = 0;
+        // SAFETY: MPI is neither initialised nor finalized (checked above under the
+        // boot lock); null argc/argv are allowed by MPI-2 and later.
+        let rc = unsafe {
+            ffi::MPI_Init_thread(
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                level_to_mpi(level),
+                &mut provided,
+            )
+        };
+        if rc != 0 {
+            bail!(Mpi, "MPI_Init_thread failed with code {}", rc);
+        }
+        OWNED.store(true, Ordering::Release);
+    }
+    LIVE.fetch_add(1, Ordering::AcqRel);
+    Ok(())
+}
+
+/// A context is gone. Finalizes MPI if we own it and this was the last context.
+pub fn close() -> Result<()> {
+    let _g = BOOT.lock();
+    let before = LIVE.fetch_sub(1, Ordering::AcqRel);
+    debug_assert!(before > 0, "close without open");
+    if before == 1 && OWNED.swap(false, Ordering::AcqRel) && !is_finalized() {
+        // SAFETY: we initialised MPI ourselves and no context of ours is alive.
+        let rc = unsafe { ffi::MPI_Finalize() };
+        if rc != 0 {
+            bail!(Mpi, "MPI_Finalize failed with code {}", rc);
+        }
+    }
+    Ok(())
+}
+
+/// True if the library initialised MPI (and will finalize it).
+pub fn owns_mpi() -> bool {
+    OWNED.load(Ordering::Acquire)
+}
+
+/// `MPI_Error_string` for a return code.
+pub fn error_string(rc: c_int) -> String {
+    let mut buf = vec![0 as c_char; 1024];
+    let mut len: c_int = 0;
+    // SAFETY: buf is larger than MPI_MAX_ERROR_STRING in every MPI.
+    let r = unsafe { ffi::MPI_Error_string(rc, buf.as_mut_ptr(), &mut len) };
+    if r != 0 {
+        return format!("MPI error code {}", rc);
+    }
+    let bytes: Vec<u8> = buf[..(len.max(0) as usize).min(buf.len())]
+        .iter()
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).to_string()
+}
+
+/// Turn an MPI return code into a `Result`, naming the call.
+pub fn check(rc: c_int, what: impl FnOnce() -> String) -> Result<()> {
+    if rc == ffi::MPI_SUCCESS as c_int {
+        Ok(())
+    } else {
+        Err(err!(Mpi, "{} failed: {}", what(), error_string(rc)))
+    }
+}

@@ -1,0 +1,738 @@
+//! The MPI conduit: MPI-3 passive-target RMA for put/get, MPI two-sided messages on a
+//! private communicator for active messages.
+//!
+//! Memory: the library heap is an `mmap`ed area exposed with `MPI_Win_create`; user
+//! memory is attached on demand to one `MPI_Win_create_dynamic` window (only the
+//! target can attach, so registration happens on the target). Both windows stay in a
+//! `MPI_Win_lock_all` epoch for the context's life; completion is by flush.
+//!
+//! AMs: `recv_buffers` receives are pre-posted (`MPI_ANY_SOURCE`, one tag) on a
+//! duplicated communicator, each the size of the largest frame. A long payload is a
+//! second message with a per-destination sequence tag; the receiver takes it straight
+//! into its destination (zero-copy) once the layer above validated that destination.
+//! The number of frames in flight is bounded by the credits of the layer above.
+//!
+//! Guarantees: every MPI error is returned (`MPI_ERRORS_RETURN` on our communicators
+//! and windows), never fatal; a frame that fails to parse is dropped and counted, the
+//! target keeps running. With an MPI thread level below `MPI_THREAD_MULTIPLE` every
+//! MPI call of this conduit is serialised by one re-entrant lock.
+
+pub mod boot;
+
+use super::{Caps, Conduit, LongIn, LongSrc, SendId, Sink};
+use crate::runtime::config::{Config, Pin, ThreadLevel};
+use crate::runtime::error::Result;
+use crate::runtime::os::{self, Mapping};
+use crate::bail;
+use boot::check;
+use mpi::ffi;
+use parking_lot::{Mutex, ReentrantMutex, ReentrantMutexGuard};
+use std::collections::HashMap;
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+
+/// Tag of AM frames.
+const TAG_AM: c_int = 1;
+/// Long payload tags cycle through [LONG_TAG_BASE, LONG_TAG_BASE + LONG_TAG_SPAN).
+/// 32767 is the smallest MPI_TAG_UB the standard allows.
+const LONG_TAG_BASE: u32 = 2;
+const LONG_TAG_SPAN: u32 = 32000;
+/// Conduit frame prefix: magic u16, flags u16, long tag u32, long length u64.
+const PREFIX: usize = 16;
+const MAGIC: u16 = 0xFC01;
+const FLAG_LONG: u16 = 1;
+
+const WIN_HEAP: u8 = 1;
+const WIN_DYN: u8 = 2;
+
+/// An MPI handle that may cross threads (MPI handles are process-wide values; the
+/// MPI library does its own locking under MPI_THREAD_MULTIPLE and we serialise below it).
+#[derive(Clone, Copy)]
+struct H<T>(T);
+// SAFETY: see the type's comment; handles are plain values, not thread-bound.
+unsafe impl<T> Send for H<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for H<T> {}
+// SAFETY: the request vectors hold MPI handles (plain values) and are only used
+// under their Mutex.
+unsafe impl Send for RecvState {}
+// SAFETY: as above.
+unsafe impl Send for SendState {}
+
+struct RecvState {
+    reqs: Vec<ffi::MPI_Request>,
+    /// `bufs[i]` is the buffer `reqs[i]` receives into. Invariant: while `reqs[i]`
+    /// is active, `bufs[i]` is neither read nor moved.
+    bufs: Vec<Vec<u8>>,
+    indices: Vec<c_int>,
+    statuses: Vec<ffi::MPI_Status>,
+    posted: bool,
+}
+
+struct SendState {
+    /// Outstanding sends whose buffers we own; parallel vectors.
+    reqs: Vec<ffi::MPI_Request>,
+    keep: Vec<Vec<u8>>,
+    /// Sends of borrowed long payloads the caller waits for.
+    borrowed: HashMap<SendId, ffi::MPI_Request>,
+    next_id: SendId,
+    /// Next long-payload sequence per destination.
+    long_seq: Vec<u32>,
+}
+
+pub struct MpiConduit {
+    caps: Caps,
+    rank: usize,
+    size: usize,
+    am_comm: H<ffi::MPI_Comm>,
+    rma_comm: H<ffi::MPI_Comm>,
+    heap: Mapping,
+    heap_locked: bool,
+    heap_win: H<ffi::MPI_Win>,
+    dyn_win: H<ffi::MPI_Win>,
+    remote_heaps: Vec<(usize, usize)>,
+    /// Windows used towards each rank (WIN_* bits); never cleared, so a flush always
+    /// covers every window an operation may have used.
+    used: Vec<AtomicU8>,
+    recv: Mutex<RecvState>,
+    send: Mutex<SendState>,
+    barrier: Mutex<Option<H<ffi::MPI_Request>>>,
+    /// Held around MPI calls when the thread level is below MULTIPLE.
+    serial: Option<ReentrantMutex<()>>,
+    max_long: usize,
+    verbose: bool,
+    finalized: AtomicBool,
+    pub malformed_frames: AtomicU64,
+}
+
+fn u8t() -> ffi::MPI_Datatype {
+    // SAFETY: reading an extern constant of rsmpi's C shim.
+    unsafe { ffi::RSMPI_UINT8_T }
+}
+
+impl MpiConduit {
+    /// Create the conduit on `comm` (collective over `comm`). `max_frame` is the
+    /// largest frame the layer above will send.
+    pub fn new(comm: ffi::MPI_Comm, cfg: &Config, max_frame: usize) -> Result<MpiConduit> {
+        let level = boot::query_thread();
+        let thread_multiple = level == ThreadLevel::Multiple;
+        // SAFETY (whole block): plain MPI calls on handles we created or were given;
+        // every out-pointer refers to a local of the right type.
+        unsafe {
+            if comm == ffi::RSMPI_COMM_NULL {
+                bail!(InvalidArg, "communicator is MPI_COMM_NULL");
+            }
+            let mut am_comm: ffi::MPI_Comm = std::mem::zeroed();
+            check(ffi::MPI_Comm_dup(comm, &mut am_comm), || "MPI_Comm_dup".into())?;
+            let mut rma_comm: ffi::MPI_Comm = std::mem::zeroed();
+            check(ffi::MPI_Comm_dup(comm, &mut rma_comm), || "MPI_Comm_dup".into())?;
+            for c in [am_comm, rma_comm] {
+                check(ffi::MPI_Comm_set_errhandler(c, ffi::RSMPI_ERRORS_RETURN), || {
+                    "MPI_Comm_set_errhandler".into()
+                })?;
+            }
+            let (mut r, mut s) = (0, 0);
+            check(ffi::MPI_Comm_rank(am_comm, &mut r), || "MPI_Comm_rank".into())?;
+            check(ffi::MPI_Comm_size(am_comm, &mut s), || "MPI_Comm_size".into())?;
+            let (rank, size) = (r as usize, s as usize);
+
+            let heap = Mapping::new(cfg.heap_size)?;
+            let heap_locked = cfg.pin == Pin::Mlock && os::mlock(heap.addr(), heap.len()).is_ok();
+            if cfg.pin == Pin::Mlock && !heap_locked && cfg.verbose {
+                eprintln!("firehose[{}]: could not mlock the {}-byte heap; continuing unlocked", rank, heap.len());
+            }
+
+            let mut heap_win: ffi::MPI_Win = std::mem::zeroed();
+            check(
+                ffi::MPI_Win_create(
+                    heap.addr() as *mut c_void,
+                    heap.len() as ffi::MPI_Aint,
+                    1,
+                    ffi::RSMPI_INFO_NULL,
+                    rma_comm,
+                    &mut heap_win,
+                ),
+                || "MPI_Win_create (library heap)".into(),
+            )?;
+            let mut dyn_win: ffi::MPI_Win = std::mem::zeroed();
+            check(
+                ffi::MPI_Win_create_dynamic(ffi::RSMPI_INFO_NULL, rma_comm, &mut dyn_win),
+                || "MPI_Win_create_dynamic".into(),
+            )?;
+            for w in [heap_win, dyn_win] {
+                check(ffi::MPI_Win_set_errhandler(w, ffi::RSMPI_ERRORS_RETURN), || {
+                    "MPI_Win_set_errhandler".into()
+                })?;
+                check(ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, w), || {
+                    "MPI_Win_lock_all".into()
+                })?;
+            }
+
+            let mine = [heap.addr() as u64, heap.len() as u64];
+            let mut all = vec![0u64; 2 * size];
+            check(
+                ffi::MPI_Allgather(
+                    mine.as_ptr() as *const c_void,
+                    16,
+                    u8t(),
+                    all.as_mut_ptr() as *mut c_void,
+                    16,
+                    u8t(),
+                    rma_comm,
+                ),
+                || "MPI_Allgather (heap addresses)".into(),
+            )?;
+            let remote_heaps = all.chunks(2).map(|c| (c[0] as usize, c[1] as usize)).collect();
+
+            let n = cfg.am_recv_buffers;
+            let recv = RecvState {
+                reqs: vec![ffi::RSMPI_REQUEST_NULL; n],
+                bufs: (0..n).map(|_| vec![0u8; PREFIX + max_frame]).collect(),
+                indices: vec![0; n],
+                statuses: vec![std::mem::zeroed(); n],
+                posted: false,
+            };
+            let c = MpiConduit {
+                caps: Caps {
+                    name: "mpi",
+                    thread_multiple,
+                    max_frame,
+                    atomics: false,
+                    checks_remote_access: false,
+                },
+                rank,
+                size,
+                am_comm: H(am_comm),
+                rma_comm: H(rma_comm),
+                heap,
+                heap_locked,
+                heap_win: H(heap_win),
+                dyn_win: H(dyn_win),
+                remote_heaps,
+                used: (0..size).map(|_| AtomicU8::new(0)).collect(),
+                recv: Mutex::new(recv),
+                send: Mutex::new(SendState {
+                    reqs: Vec::new(),
+                    keep: Vec::new(),
+                    borrowed: HashMap::new(),
+                    next_id: 1,
+                    long_seq: vec![0; size],
+                }),
+                barrier: Mutex::new(None),
+                serial: (!thread_multiple).then(|| ReentrantMutex::new(())),
+                max_long: cfg.am_max_long,
+                verbose: cfg.verbose,
+                finalized: AtomicBool::new(false),
+                malformed_frames: AtomicU64::new(0),
+            };
+            {
+                let mut rv = c.recv.lock();
+                for i in 0..n {
+                    c.post(&mut rv, i)?;
+                }
+                rv.posted = true;
+            }
+            Ok(c)
+        }
+    }
+
+    /// The MPI thread level is MULTIPLE (threads call MPI directly).
+    pub fn thread_multiple(&self) -> bool {
+        self.caps.thread_multiple
+    }
+
+    pub fn heap_locked(&self) -> bool {
+        self.heap_locked
+    }
+
+    fn serial(&self) -> Option<ReentrantMutexGuard<'_, ()>> {
+        self.serial.as_ref().map(|m| m.lock())
+    }
+
+    fn live(&self) -> Result<()> {
+        if self.finalized.load(Ordering::Acquire) {
+            bail!(State, "context is finalized");
+        }
+        Ok(())
+    }
+
+    fn post(&self, rv: &mut RecvState, i: usize) -> Result<()> {
+        let len = rv.bufs[i].len() as c_int;
+        let buf = rv.bufs[i].as_mut_ptr() as *mut c_void;
+        // SAFETY: bufs[i] stays allocated and untouched while reqs[i] is active
+        // (Recv invariant); the request slot is ours.
+        let rc = unsafe {
+            ffi::MPI_Irecv(buf, len, u8t(), ffi::RSMPI_ANY_SOURCE, TAG_AM, self.am_comm.0, &mut rv.reqs[i])
+        };
+        check(rc, || "MPI_Irecv (AM receive buffer)".into())
+    }
+
+    /// Which window and displacement address `raddr` on `rank` falls in.
+    #[inline]
+    fn resolve(&self, rank: usize, raddr: usize, len: usize) -> (ffi::MPI_Win, ffi::MPI_Aint, u8) {
+        let (base, hlen) = self.remote_heaps[rank];
+        if raddr >= base && raddr.wrapping_add(len) <= base + hlen && raddr.checked_add(len).is_some() {
+            (self.heap_win.0, (raddr - base) as ffi::MPI_Aint, WIN_HEAP)
+        } else {
+            (self.dyn_win.0, raddr as ffi::MPI_Aint, WIN_DYN)
+        }
+    }
+
+    fn check_rank(&self, rank: usize) -> Result<()> {
+        if rank >= self.size {
+            bail!(BadRank, "rank {} out of range (communicator size {})", rank, self.size);
+        }
+        Ok(())
+    }
+
+    /// Complete owned sends that finished.
+    fn progress_sends(&self, s: &mut SendState) -> Result<()> {
+        if s.reqs.is_empty() {
+            return Ok(());
+        }
+        let n = s.reqs.len();
+        let mut out: c_int = 0;
+        let mut idx = vec![0 as c_int; n];
+        // SAFETY: reqs holds n requests; idx has room for n indices; statuses ignored.
+        let rc = unsafe {
+            ffi::MPI_Testsome(n as c_int, s.reqs.as_mut_ptr(), &mut out, idx.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE)
+        };
+        check(rc, || "MPI_Testsome (AM sends)".into())?;
+        if out > 0 && out as usize <= n {
+            let mut done: Vec<usize> = idx[..out as usize].iter().map(|&i| i as usize).collect();
+            done.sort_unstable_by(|a, b| b.cmp(a));
+            for i in done {
+                s.reqs.swap_remove(i);
+                s.keep.swap_remove(i);
+            }
+        }
+        Ok(())
+    }
+}
+
+struct MpiLong<'a> {
+    c: &'a MpiConduit,
+    src: usize,
+    tag: c_int,
+    len: usize,
+    done: bool,
+}
+
+impl MpiLong<'_> {
+    fn recv_into(&mut self, dst: *mut u8) -> Result<()> {
+        let mut st: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+        // SAFETY: dst is writable for len bytes (caller's contract); len fits an int
+        // (bounded by FH_AM_MAX_LONG <= i32::MAX, checked when the frame was parsed).
+        let rc = unsafe {
+            ffi::MPI_Recv(dst as *mut c_void, self.len as c_int, u8t(), self.src as c_int, self.tag, self.c.am_comm.0, &mut st)
+        };
+        self.done = true;
+        check(rc, || format!("MPI_Recv (long AM payload from rank {})", self.src))
+    }
+}
+
+impl LongIn for MpiLong<'_> {
+    fn len(&self) -> usize {
+        self.len
+    }
+    unsafe fn deliver_to(&mut self, dst: *mut u8) -> Result<()> {
+        if self.done {
+            bail!(State, "long payload already delivered");
+        }
+        self.recv_into(dst)
+    }
+}
+
+impl Conduit for MpiConduit {
+    fn caps(&self) -> &Caps {
+        &self.caps
+    }
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn heap(&self) -> (usize, usize) {
+        (self.heap.addr(), self.heap.len())
+    }
+    fn remote_heap(&self, rank: usize) -> (usize, usize) {
+        self.remote_heaps[rank]
+    }
+
+    fn register(&self, addr: usize, len: usize) -> Result<()> {
+        self.live()?;
+        let _s = self.serial();
+        // SAFETY: attaching local memory the caller owns; MPI only records the range.
+        let rc = unsafe { ffi::MPI_Win_attach(self.dyn_win.0, addr as *mut c_void, len as ffi::MPI_Aint) };
+        check(rc, || format!("MPI_Win_attach({:#x}, {})", addr, len))
+    }
+
+    fn deregister(&self, addr: usize, len: usize) -> Result<()> {
+        self.live()?;
+        let _s = self.serial();
+        // SAFETY: detaching a range we attached before.
+        let rc = unsafe { ffi::MPI_Win_detach(self.dyn_win.0, addr as *const c_void) };
+        check(rc, || format!("MPI_Win_detach({:#x}, {})", addr, len))
+    }
+
+    unsafe fn put(&self, rank: usize, raddr: usize, src: *const u8, len: usize) -> Result<()> {
+        self.check_rank(rank)?;
+        let (win, disp, bit) = self.resolve(rank, raddr, len);
+        let _s = self.serial();
+        let mut off = 0usize;
+        while off < len {
+            let n = (len - off).min(i32::MAX as usize);
+            // SAFETY: caller guarantees src readable for len bytes until flush and
+            // raddr accessible on rank; n fits an int.
+            let rc = unsafe {
+                ffi::MPI_Put(
+                    src.add(off) as *const c_void,
+                    n as c_int,
+                    u8t(),
+                    rank as c_int,
+                    disp + off as ffi::MPI_Aint,
+                    n as c_int,
+                    u8t(),
+                    win,
+                )
+            };
+            check(rc, || format!("MPI_Put of {} bytes to rank {} at {:#x}", n, rank, raddr + off))?;
+            off += n;
+        }
+        self.used[rank].fetch_or(bit, Ordering::Relaxed);
+        Ok(())
+    }
+
+    unsafe fn get(&self, rank: usize, raddr: usize, dst: *mut u8, len: usize) -> Result<()> {
+        self.check_rank(rank)?;
+        let (win, disp, bit) = self.resolve(rank, raddr, len);
+        let _s = self.serial();
+        let mut off = 0usize;
+        while off < len {
+            let n = (len - off).min(i32::MAX as usize);
+            // SAFETY: caller guarantees dst writable for len bytes until flush.
+            let rc = unsafe {
+                ffi::MPI_Get(
+                    dst.add(off) as *mut c_void,
+                    n as c_int,
+                    u8t(),
+                    rank as c_int,
+                    disp + off as ffi::MPI_Aint,
+                    n as c_int,
+                    u8t(),
+                    win,
+                )
+            };
+            check(rc, || format!("MPI_Get of {} bytes from rank {} at {:#x}", n, rank, raddr + off))?;
+            off += n;
+        }
+        self.used[rank].fetch_or(bit, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn flush(&self, rank: usize) -> Result<()> {
+        self.check_rank(rank)?;
+        let used = self.used[rank].load(Ordering::Relaxed);
+        let _s = self.serial();
+        for (bit, win) in [(WIN_HEAP, self.heap_win), (WIN_DYN, self.dyn_win)] {
+            if used & bit != 0 {
+                // SAFETY: flushing a window in a lock_all epoch.
+                let rc = unsafe { ffi::MPI_Win_flush(rank as c_int, win.0) };
+                check(rc, || format!("MPI_Win_flush(rank {})", rank))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_all(&self) -> Result<()> {
+        let _s = self.serial();
+        for win in [self.heap_win, self.dyn_win] {
+            // SAFETY: flushing a window in a lock_all epoch.
+            let rc = unsafe { ffi::MPI_Win_flush_all(win.0) };
+            check(rc, || "MPI_Win_flush_all".into())?;
+        }
+        Ok(())
+    }
+
+    fn am_send(&self, dest: usize, frame: Vec<u8>, long: Option<LongSrc>) -> Result<Option<SendId>> {
+        self.live()?;
+        self.check_rank(dest)?;
+        if frame.len() > self.caps.max_frame {
+            bail!(Internal, "frame of {} bytes exceeds the {}-byte AM buffers", frame.len(), self.caps.max_frame);
+        }
+        let _s = self.serial();
+        let mut s = self.send.lock();
+        let (tag, long_len) = match &long {
+            Some(l) => {
+                let len = match l {
+                    LongSrc::Borrowed { len, .. } => *len,
+                    LongSrc::Owned(v) => v.len(),
+                };
+                if len > self.max_long {
+                    bail!(InvalidArg, "long payload of {} bytes exceeds FH_AM_MAX_LONG {}", len, self.max_long);
+                }
+                let seq = s.long_seq[dest];
+                s.long_seq[dest] = seq.wrapping_add(1);
+                (LONG_TAG_BASE + seq % LONG_TAG_SPAN, len)
+            }
+            None => (0, 0),
+        };
+        let mut msg = Vec::with_capacity(PREFIX + frame.len());
+        msg.extend_from_slice(&MAGIC.to_le_bytes());
+        msg.extend_from_slice(&(if long.is_some() { FLAG_LONG } else { 0 }).to_le_bytes());
+        msg.extend_from_slice(&tag.to_le_bytes());
+        msg.extend_from_slice(&(long_len as u64).to_le_bytes());
+        msg.extend_from_slice(&frame);
+        let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // SAFETY: msg is moved into `keep` below and stays alive until the request
+        // completes (progress_sends drops both together).
+        let rc = unsafe {
+            ffi::MPI_Isend(msg.as_ptr() as *const c_void, msg.len() as c_int, u8t(), dest as c_int, TAG_AM, self.am_comm.0, &mut req)
+        };
+        check(rc, || format!("MPI_Isend (AM frame to rank {})", dest))?;
+        s.reqs.push(req);
+        s.keep.push(msg);
+        let mut id = None;
+        if let Some(l) = long {
+            let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+            let (ptr, owned) = match l {
+                LongSrc::Borrowed { ptr, .. } => (ptr, None),
+                LongSrc::Owned(v) => (v.as_ptr(), Some(v)),
+            };
+            // SAFETY: a borrowed payload stays valid until send_done reports the
+            // request complete (caller's contract); an owned one lives in `keep`.
+            let rc = unsafe {
+                ffi::MPI_Isend(ptr as *const c_void, long_len as c_int, u8t(), dest as c_int, tag as c_int, self.am_comm.0, &mut req)
+            };
+            check(rc, || format!("MPI_Isend (long AM payload of {} bytes to rank {})", long_len, dest))?;
+            match owned {
+                Some(v) => {
+                    s.reqs.push(req);
+                    s.keep.push(v);
+                }
+                None => {
+                    let i = s.next_id;
+                    s.next_id += 1;
+                    s.borrowed.insert(i, req);
+                    id = Some(i);
+                }
+            }
+        }
+        Ok(id)
+    }
+
+    fn send_done(&self, id: SendId) -> Result<bool> {
+        let _s = self.serial();
+        let mut s = self.send.lock();
+        let Some(req) = s.borrowed.get_mut(&id) else {
+            return Ok(true);
+        };
+        let mut flag: c_int = 0;
+        // SAFETY: testing a request we own.
+        let rc = unsafe { ffi::MPI_Test(req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+        check(rc, || "MPI_Test (long AM payload send)".into())?;
+        if flag != 0 {
+            s.borrowed.remove(&id);
+        }
+        Ok(flag != 0)
+    }
+
+    fn am_poll(&self, sink: &mut Sink<'_>) -> Result<usize> {
+        if self.finalized.load(Ordering::Acquire) {
+            return Ok(0);
+        }
+        let _s = self.serial();
+        self.progress_sends(&mut self.send.lock())?;
+        let Some(mut rv) = self.recv.try_lock() else {
+            return Ok(0);
+        };
+        let rv = &mut *rv;
+        let n = rv.reqs.len();
+        let mut out: c_int = 0;
+        // SAFETY: reqs, indices and statuses each hold n entries.
+        let rc = unsafe {
+            ffi::MPI_Testsome(n as c_int, rv.reqs.as_mut_ptr(), &mut out, rv.indices.as_mut_ptr(), rv.statuses.as_mut_ptr())
+        };
+        check(rc, || "MPI_Testsome (AM receives)".into())?;
+        if out <= 0 || out as usize > n {
+            return Ok(0);
+        }
+        let mut delivered = 0;
+        for k in 0..out as usize {
+            let i = rv.indices[k] as usize;
+            let st = rv.statuses[k];
+            let src = st.MPI_SOURCE as usize;
+            let mut count: c_int = 0;
+            // SAFETY: st is a status MPI filled in for a completed receive.
+            unsafe { ffi::MPI_Get_count(&st, u8t(), &mut count) };
+            let count = (count.max(0) as usize).min(rv.bufs[i].len());
+            let buf = &mut rv.bufs[i][..count];
+            let ok = count >= PREFIX && u16::from_le_bytes([buf[0], buf[1]]) == MAGIC && src < self.size;
+            if !ok {
+                self.malformed_frames.fetch_add(1, Ordering::Relaxed);
+                if self.verbose {
+                    eprintln!("firehose[{}]: dropped a malformed {}-byte AM frame from rank {}", self.rank, count, src);
+                }
+            } else {
+                let flags = u16::from_le_bytes([buf[2], buf[3]]);
+                let tag = u32::from_le_bytes(buf[4..8].try_into().unwrap());
+                let llen = u64::from_le_bytes(buf[8..16].try_into().unwrap()) as usize;
+                if flags & FLAG_LONG != 0 {
+                    if llen > self.max_long || !(LONG_TAG_BASE..LONG_TAG_BASE + LONG_TAG_SPAN).contains(&tag) {
+                        // Cannot know what to drain: refuse the frame.
+                        self.malformed_frames.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        let mut l = MpiLong {
+                            c: self,
+                            src,
+                            tag: tag as c_int,
+                            len: llen,
+                            done: false,
+                        };
+                        sink(src, &mut buf[PREFIX..], Some(&mut l));
+                        if !l.done {
+                            let mut scratch = vec![0u8; llen];
+                            // Drain the payload nobody wanted; an error here is
+                            // reported but the receive buffer is still reposted.
+                            let r = l.recv_into(scratch.as_mut_ptr());
+                            if let Err(e) = r {
+                                if self.verbose {
+                                    eprintln!("firehose[{}]: {}", self.rank, e);
+                                }
+                            }
+                        }
+                        delivered += 1;
+                    }
+                } else {
+                    sink(src, &mut buf[PREFIX..], None);
+                    delivered += 1;
+                }
+            }
+            self.post(rv, i)?;
+        }
+        Ok(delivered)
+    }
+
+    fn idle(&self) {
+        std::thread::yield_now();
+    }
+
+    fn allgather_u64(&self, x: u64) -> Result<Vec<u64>> {
+        let _s = self.serial();
+        let mut all = vec![0u64; self.size];
+        // SAFETY: 8 bytes in, 8*size bytes out.
+        let rc = unsafe {
+            ffi::MPI_Allgather(&x as *const u64 as *const c_void, 8, u8t(), all.as_mut_ptr() as *mut c_void, 8, u8t(), self.rma_comm.0)
+        };
+        check(rc, || "MPI_Allgather".into())?;
+        Ok(all)
+    }
+
+    fn barrier_start(&self) -> Result<()> {
+        let _s = self.serial();
+        let mut b = self.barrier.lock();
+        if b.is_some() {
+            bail!(State, "a bootstrap barrier is already in progress");
+        }
+        let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // SAFETY: the request is stored until it completes.
+        check(unsafe { ffi::MPI_Ibarrier(self.am_comm.0, &mut req) }, || "MPI_Ibarrier".into())?;
+        *b = Some(H(req));
+        Ok(())
+    }
+
+    fn barrier_test(&self) -> Result<bool> {
+        let _s = self.serial();
+        let mut b = self.barrier.lock();
+        let Some(req) = b.as_mut() else {
+            bail!(State, "no barrier in progress");
+        };
+        let mut flag: c_int = 0;
+        // SAFETY: testing the request we own.
+        check(unsafe { ffi::MPI_Test(&mut req.0, &mut flag, ffi::RSMPI_STATUS_IGNORE) }, || "MPI_Test (barrier)".into())?;
+        if flag != 0 {
+            *b = None;
+        }
+        Ok(flag != 0)
+    }
+
+    fn finalize(&self) -> Result<()> {
+        if self.finalized.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let _s = self.serial();
+        let mut first: Result<()> = Ok(());
+        let mut note = |r: Result<()>| {
+            if first.is_ok() {
+                if let Err(e) = r {
+                    first = Err(e);
+                }
+            }
+        };
+        // SAFETY (whole block): tearing down handles this conduit created; the layer
+        // above has quiesced (barrier) so no operation uses them any more.
+        unsafe {
+            let mut rv = self.recv.lock();
+            if rv.posted {
+                for r in rv.reqs.iter_mut() {
+                    if *r != ffi::RSMPI_REQUEST_NULL {
+                        ffi::MPI_Cancel(r);
+                        ffi::MPI_Wait(r, ffi::RSMPI_STATUS_IGNORE);
+                    }
+                }
+                rv.posted = false;
+            }
+            let mut s = self.send.lock();
+            let n = s.reqs.len();
+            if n > 0 {
+                note(check(
+                    ffi::MPI_Waitall(n as c_int, s.reqs.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE),
+                    || "MPI_Waitall (AM sends at finalize)".into(),
+                ));
+                s.reqs.clear();
+                s.keep.clear();
+            }
+            for (_, mut r) in s.borrowed.drain() {
+                ffi::MPI_Wait(&mut r, ffi::RSMPI_STATUS_IGNORE);
+            }
+            for w in [self.heap_win, self.dyn_win] {
+                note(check(ffi::MPI_Win_unlock_all(w.0), || "MPI_Win_unlock_all".into()));
+                let mut w = w.0;
+                note(check(ffi::MPI_Win_free(&mut w), || "MPI_Win_free".into()));
+            }
+            for c in [self.am_comm, self.rma_comm] {
+                let mut c = c.0;
+                note(check(ffi::MPI_Comm_free(&mut c), || "MPI_Comm_free".into()));
+            }
+        }
+        if self.heap_locked {
+            os::munlock(self.heap.addr(), self.heap.len());
+        }
+        first
+    }
+}
+
+/// Convert a Fortran communicator handle (`MPI_Fint`) to a C one.
+pub fn comm_from_fint(comm_f: c_int) -> ffi::MPI_Comm {
+    // SAFETY: MPI_Comm_f2c accepts any integer; invalid ones map to an invalid handle
+    // that later MPI calls reject (or MPI_COMM_NULL).
+    unsafe { ffi::RSMPI_Comm_f2c(comm_f) }
+}
+
+/// MPI_COMM_WORLD as a Fortran handle.
+pub fn world_fint() -> c_int {
+    // SAFETY: converting a predefined handle.
+    unsafe { ffi::RSMPI_Comm_c2f(ffi::RSMPI_COMM_WORLD) }
+}
+
+/// Wrap an error with the MPI context it came from (for messages).
+pub fn describe_level(l: ThreadLevel) -> &'static str {
+    match l {
+        ThreadLevel::Single => "MPI_THREAD_SINGLE",
+        ThreadLevel::Funneled => "MPI_THREAD_FUNNELED",
+        ThreadLevel::Serialized => "MPI_THREAD_SERIALIZED",
+        ThreadLevel::Multiple => "MPI_THREAD_MULTIPLE",
+    }
+}
+

@@ -1,0 +1,273 @@
+//! Header section: configuration and lifecycle.
+
+use super::{ctx_finalize, ctx_ref, fh_ctx_t, OK};
+use crate::api::Context;
+use crate::conduit::mpi::{boot, comm_from_fint};
+use crate::runtime::config::{Config, Pin, Progress};
+use crate::runtime::error::{set_last_error, Result};
+use std::io::Write;
+use std::os::raw::{c_int, c_uint};
+
+/// `fh_config_t.progress`: progress only inside library calls.
+pub const FH_PROGRESS_POLL: c_int = 0;
+/// `fh_config_t.progress`: also a progress thread (needs MPI_THREAD_MULTIPLE).
+pub const FH_PROGRESS_THREAD: c_int = 1;
+/// `fh_config_t.pin`: registered memory is also mlocked.
+pub const FH_PIN_MLOCK: c_int = 0;
+/// `fh_config_t.pin`: conduit registration only.
+pub const FH_PIN_NONE: c_int = 1;
+/// `fh_config_t.mpi_thread` (thread level fh_init_world requests).
+pub const FH_THREAD_SINGLE: c_int = 0;
+pub const FH_THREAD_FUNNELED: c_int = 1;
+pub const FH_THREAD_SERIALIZED: c_int = 2;
+pub const FH_THREAD_MULTIPLE: c_int = 3;
+
+/// Settings. Initialise with `fh_config_init` (defaults, then FH_* environment), change
+/// fields, pass to `fh_init`. The environment still wins over fields at init.
+/// `struct_size` must be `sizeof(fh_config_t)` (fh_config_init sets it).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct fh_config_t {
+    pub struct_size: usize,
+    /// FH_PROGRESS: FH_PROGRESS_POLL or FH_PROGRESS_THREAD.
+    pub progress: c_int,
+    /// FH_PROGRESS_INTERVAL: microseconds the progress thread sleeps when idle.
+    pub progress_interval_us: c_uint,
+    /// FH_HEAP_SIZE: bytes of library heap (fh_malloc) per rank.
+    pub heap_size: usize,
+    /// FH_AM_MAX_MEDIUM: largest medium AM payload.
+    pub am_max_medium: usize,
+    /// FH_AM_MAX_LONG: largest long AM payload.
+    pub am_max_long: usize,
+    /// FH_AM_CREDITS: requests outstanding per peer.
+    pub am_credits: c_uint,
+    /// FH_AM_RECV_BUFFERS: pre-posted AM receive buffers.
+    pub am_recv_buffers: c_uint,
+    /// FH_PIN: FH_PIN_MLOCK or FH_PIN_NONE.
+    pub pin: c_int,
+    /// FH_MPI_THREAD: FH_THREAD_* level fh_init_world requests.
+    pub mpi_thread: c_int,
+    /// FH_VERBOSE: non-zero prints warnings to stderr.
+    pub verbose: c_int,
+}
+
+fn to_struct(c: &Config) -> fh_config_t {
+    fh_config_t {
+        struct_size: std::mem::size_of::<fh_config_t>(),
+        progress: match c.progress {
+            Progress::Poll => FH_PROGRESS_POLL,
+            Progress::Thread => FH_PROGRESS_THREAD,
+        },
+        progress_interval_us: c.progress_interval_us as c_uint,
+        heap_size: c.heap_size,
+        am_max_medium: c.am_max_medium,
+        am_max_long: c.am_max_long,
+        am_credits: c.am_credits as c_uint,
+        am_recv_buffers: c.am_recv_buffers as c_uint,
+        pin: match c.pin {
+            Pin::Mlock => FH_PIN_MLOCK,
+            Pin::None => FH_PIN_NONE,
+        },
+        mpi_thread: c.mpi_thread as c_int,
+        verbose: c.verbose as c_int,
+    }
+}
+
+/// The caller's struct as (setting, value) overrides of the fields that differ from
+/// the defaults.
+///
+/// # Safety
+/// `cfg` must be null or point to at least `struct_size` readable bytes.
+unsafe fn overrides(cfg: *const fh_config_t) -> Result<Vec<(&'static str, String)>> {
+    if cfg.is_null() {
+        return Ok(Vec::new());
+    }
+    // SAFETY: struct_size is the first field, always present.
+    let size = unsafe { std::ptr::read_unaligned(cfg as *const usize) };
+    let full = std::mem::size_of::<fh_config_t>();
+    if size > full {
+        crate::bail!(Version, "cfg->struct_size is {} but this library's fh_config_t is {} bytes (newer header?)", size, full);
+    }
+    if size < std::mem::size_of::<usize>() {
+        crate::bail!(InvalidArg, "cfg->struct_size is {}: initialise cfg with fh_config_init", size);
+    }
+    let d = Config::defaults();
+    let mut c = to_struct(&d);
+    // SAFETY: copy the prefix the caller has (older headers have fewer fields).
+    unsafe { std::ptr::copy_nonoverlapping(cfg as *const u8, &mut c as *mut fh_config_t as *mut u8, size) };
+    let dd = to_struct(&d);
+    let mut o: Vec<(&'static str, String)> = Vec::new();
+    let word = |v: c_int, names: &[&str]| names.get(v as usize).filter(|_| v >= 0).map(|s| s.to_string()).unwrap_or_else(|| format!("<invalid value {}>", v));
+    if c.progress != dd.progress {
+        o.push(("FH_PROGRESS", word(c.progress, &["poll", "thread"])));
+    }
+    if c.progress_interval_us != dd.progress_interval_us {
+        o.push(("FH_PROGRESS_INTERVAL", c.progress_interval_us.to_string()));
+    }
+    if c.heap_size != dd.heap_size {
+        o.push(("FH_HEAP_SIZE", c.heap_size.to_string()));
+    }
+    if c.am_max_medium != dd.am_max_medium {
+        o.push(("FH_AM_MAX_MEDIUM", c.am_max_medium.to_string()));
+    }
+    if c.am_max_long != dd.am_max_long {
+        o.push(("FH_AM_MAX_LONG", c.am_max_long.to_string()));
+    }
+    if c.am_credits != dd.am_credits {
+        o.push(("FH_AM_CREDITS", c.am_credits.to_string()));
+    }
+    if c.am_recv_buffers != dd.am_recv_buffers {
+        o.push(("FH_AM_RECV_BUFFERS", c.am_recv_buffers.to_string()));
+    }
+    if c.pin != dd.pin {
+        o.push(("FH_PIN", word(c.pin, &["mlock", "none"])));
+    }
+    if c.mpi_thread != dd.mpi_thread {
+        o.push(("FH_MPI_THREAD", word(c.mpi_thread, &["single", "funneled", "serialized", "multiple"])));
+    }
+    if c.verbose != dd.verbose {
+        o.push(("FH_VERBOSE", (c.verbose != 0).then_some("1").unwrap_or("0").to_string()));
+    }
+    Ok(o)
+}
+
+/// Fill `cfg` with the defaults, then the FH_* environment. A malformed environment
+/// value is left at its default and reported by `fh_last_error` (and by `fh_init`,
+/// which fails with FH_ERR_INVALID_ARG naming the variable). Thread-safe.
+#[no_mangle]
+pub extern "C" fn fh_config_init(cfg: *mut fh_config_t) {
+    crate::ffi_boundary!(value (), {
+        if cfg.is_null() {
+            crate::bail!(InvalidArg, "cfg is NULL");
+        }
+        let c = match Config::from_env(&[]) {
+            Ok(c) => c,
+            Err(e) => {
+                set_last_error(&e.to_string());
+                Config::defaults()
+            }
+        };
+        // SAFETY: cfg is non-null and points to an fh_config_t (caller contract).
+        unsafe { cfg.write(to_struct(&c)) };
+        Ok(())
+    })
+}
+
+fn finish_init(ctx: Result<Context>, ctx_out: *mut *mut fh_ctx_t) -> Result<c_int> {
+    let ctx = ctx?;
+    // SAFETY: ctx_out was checked non-null by the caller before any work.
+    unsafe { *ctx_out = fh_ctx_t::new(ctx) };
+    OK
+}
+
+/// Create a context on the communicator whose Fortran handle is `comm_f`
+/// (`MPI_Comm_c2f(comm)` in C; the integer itself in Fortran). Collective over the
+/// communicator. MPI must already be initialised by the program (else FH_ERR_STATE);
+/// the library then never finalizes MPI. `cfg` may be NULL (defaults + environment).
+/// Fails with FH_ERR_MPI if the program runs a different MPI than the library was
+/// built for. Call from one thread per context.
+#[no_mangle]
+pub extern "C" fn fh_init_comm_f(comm_f: c_int, cfg: *const fh_config_t, ctx_out: *mut *mut fh_ctx_t) -> c_int {
+    crate::ffi_boundary!(status {
+        if ctx_out.is_null() {
+            crate::bail!(InvalidArg, "ctx_out is NULL");
+        }
+        // SAFETY: cfg is null or a caller-provided fh_config_t.
+        let o = unsafe { overrides(cfg)? };
+        let c = Config::from_env(&o)?;
+        boot::open(None)?;
+        let comm = comm_from_fint(comm_f);
+        finish_init(Context::new_mpi(comm, c), ctx_out)
+    })
+}
+
+/// Create a context on MPI_COMM_WORLD, initialising MPI first (with the thread level
+/// of FH_MPI_THREAD, default MPI_THREAD_MULTIPLE) if the program has not. If the
+/// library initialised MPI, finalizing its last context finalizes MPI.
+#[no_mangle]
+pub extern "C" fn fh_init_world(cfg: *const fh_config_t, ctx_out: *mut *mut fh_ctx_t) -> c_int {
+    crate::ffi_boundary!(status {
+        if ctx_out.is_null() {
+            crate::bail!(InvalidArg, "ctx_out is NULL");
+        }
+        // SAFETY: cfg is null or a caller-provided fh_config_t.
+        let o = unsafe { overrides(cfg)? };
+        let c = Config::from_env(&o)?;
+        boot::open(Some(c.mpi_thread))?;
+        let comm = comm_from_fint(crate::conduit::mpi::world_fint());
+        finish_init(Context::new_mpi(comm, c), ctx_out)
+    })
+}
+
+/// Collective: complete all operations, serve AMs until every rank arrives, release
+/// everything. Finalizes MPI only if fh_init_world initialised it and this was the
+/// last context. The handle stays valid memory: later calls return FH_ERR_STATE.
+/// No other thread may use `ctx` during or after this call.
+#[no_mangle]
+pub extern "C" fn fh_finalize(ctx: *mut fh_ctx_t) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: handle validated inside; caller guarantees exclusive use.
+        unsafe { ctx_finalize(ctx)? };
+        OK
+    })
+}
+
+/// This rank in the context's communicator, or a negative FH_ERR_*. Thread-safe,
+/// handler-safe.
+#[no_mangle]
+pub extern "C" fn fh_rank(ctx: *const fh_ctx_t) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.check_live()?;
+        Ok(c.rank as c_int)
+    })
+}
+
+/// Number of ranks in the context's communicator, or a negative FH_ERR_*.
+/// Thread-safe, handler-safe.
+#[no_mangle]
+pub extern "C" fn fh_size(ctx: *const fh_ctx_t) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.check_live()?;
+        Ok(c.size as c_int)
+    })
+}
+
+/// Run pending AM handlers and progress. Returns FH_OK, or the first asynchronous
+/// error since the last poll (e.g. a peer refused one of our AMs). Thread-safe; not
+/// from handlers.
+#[no_mangle]
+pub extern "C" fn fh_poll(ctx: *mut fh_ctx_t) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.poll()?;
+        OK
+    })
+}
+
+/// Print every setting, its value and where it came from (default, fh_config_t,
+/// environment), plus conduit facts (MPI library, thread level, progress thread), to
+/// stdout. With `ctx` NULL, prints what defaults + environment give.
+#[no_mangle]
+pub extern "C" fn fh_config_print(ctx: *const fh_ctx_t) -> c_int {
+    crate::ffi_boundary!(status {
+        let text = if ctx.is_null() {
+            let c = Config::from_env(&[])?;
+            format!("firehose {} configuration (no context):\n{}", env!("CARGO_PKG_VERSION"), c.render())
+        } else {
+            // SAFETY: validated handle.
+            let c = unsafe { ctx_ref(ctx)? };
+            c.check_live()?;
+            c.render_config()
+        };
+        let mut o = std::io::stdout().lock();
+        let _ = o.write_all(text.as_bytes());
+        let _ = o.flush();
+        OK
+    })
+}
+

@@ -1,0 +1,71 @@
+//! Header section: memory (library heap and explicit registration).
+
+use super::{ctx_ref, fh_ctx_t, OK};
+use std::os::raw::{c_int, c_void};
+
+/// Allocate `nbytes` of RMA-ready memory from this rank's library heap (always
+/// registered; 64-byte aligned). Returns NULL on error (see fh_last_error): nbytes
+/// 0, or the heap (FH_HEAP_SIZE) is exhausted. Thread-safe; not from handlers.
+#[no_mangle]
+pub extern "C" fn fh_malloc(ctx: *mut fh_ctx_t, nbytes: usize) -> *mut c_void {
+    crate::ffi_boundary!(value std::ptr::null_mut(), {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        Ok(c.malloc(nbytes)? as *mut c_void)
+    })
+}
+
+/// Free memory from fh_malloc. NULL is ignored; anything else that is not a live
+/// allocation of this context is refused (reported by fh_last_error) without effect.
+#[no_mangle]
+pub extern "C" fn fh_free(ctx: *mut fh_ctx_t, ptr: *mut c_void) {
+    crate::ffi_boundary!(value (), {
+        if ptr.is_null() {
+            return Ok(());
+        }
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.free(ptr as usize)
+    })
+}
+
+/// Make `[addr, addr+len)` of this rank remotely accessible (registered with the
+/// conduit and, with FH_PIN=mlock, locked in RAM) until fh_mem_unregister. The range
+/// must be mapped and must not overlap another registration or the library heap.
+/// Errors: FH_ERR_INVALID_ARG, FH_ERR_ACCESS (not mapped), FH_ERR_NO_RESOURCE (mlock
+/// limit). Thread-safe; not from handlers.
+#[no_mangle]
+pub extern "C" fn fh_mem_register(ctx: *mut fh_ctx_t, addr: *mut c_void, len: usize) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.mem_register(addr as usize, len)?;
+        OK
+    })
+}
+
+/// Undo fh_mem_register of exactly this range. Every rank that cached the
+/// registration is told to drop it and complete its operations first, so no peer
+/// accesses the range afterwards (one AM round trip per such peer). Errors:
+/// FH_ERR_NOT_PINNED if no registration matches. Not from handlers.
+#[no_mangle]
+pub extern "C" fn fh_mem_unregister(ctx: *mut fh_ctx_t, addr: *mut c_void, len: usize) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.mem_unregister(addr as usize, len)?;
+        OK
+    })
+}
+
+/// The range was freed or remapped: drop every registration overlapping it, here and
+/// in every peer's cache (as fh_mem_unregister does). FH_OK even if nothing overlapped.
+#[no_mangle]
+pub extern "C" fn fh_mem_invalidate(ctx: *mut fh_ctx_t, addr: *mut c_void, len: usize) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.mem_invalidate(addr as usize, len)?;
+        OK
+    })
+}

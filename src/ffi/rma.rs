@@ -1,0 +1,179 @@
+//! Header section: RMA (put/get, handles, implicit-handle sync).
+
+use super::{ctx_ref, fh_ctx_t, out, slice_mut, OK};
+use crate::api::rma::{NBI_ALL, NBI_GETS, NBI_PUTS};
+use std::os::raw::{c_int, c_void};
+
+/// An explicit handle for a non-blocking operation; 0 (FH_HANDLE_NULL) means
+/// "already complete".
+pub type fh_handle_t = u64;
+pub const FH_HANDLE_NULL: fh_handle_t = 0;
+/// `which` for fh_wait_nbi / fh_test_nbi.
+pub const FH_NBI_PUTS: c_int = 1;
+pub const FH_NBI_GETS: c_int = 2;
+pub const FH_NBI_ALL: c_int = 3;
+const _: () = assert!(FH_NBI_PUTS == NBI_PUTS && FH_NBI_GETS == NBI_GETS && FH_NBI_ALL == NBI_ALL);
+
+/// Copy `nbytes` from local `src` to `dst` in `rank`'s address space; returns when the
+/// data is visible at the target. `dst` must lie in memory the target allocated with
+/// fh_malloc or registered with fh_mem_register (else FH_ERR_ACCESS, decided by the
+/// target). nbytes 0 is a no-op. Thread-safe; not from handlers.
+#[no_mangle]
+pub extern "C" fn fh_put(ctx: *mut fh_ctx_t, rank: c_int, dst: *mut c_void, src: *const c_void, nbytes: usize) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.put(rank as i64, dst as usize, src as usize, nbytes)?;
+        OK
+    })
+}
+
+/// Copy `nbytes` from `src` in `rank`'s address space to local `dst`; returns when
+/// the data has arrived. Same rules as fh_put.
+#[no_mangle]
+pub extern "C" fn fh_get(ctx: *mut fh_ctx_t, dst: *mut c_void, rank: c_int, src: *const c_void, nbytes: usize) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.get(dst as usize, rank as i64, src as usize, nbytes)?;
+        OK
+    })
+}
+
+/// Non-blocking put: `src` must not change until the handle is synced (fh_wait,
+/// fh_test, ...). Writes `*h_out` (FH_HANDLE_NULL for nbytes 0). Thread-safe.
+#[no_mangle]
+pub extern "C" fn fh_put_nb(ctx: *mut fh_ctx_t, rank: c_int, dst: *mut c_void, src: *const c_void, nbytes: usize, h_out: *mut fh_handle_t) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        if h_out.is_null() {
+            crate::bail!(InvalidArg, "h_out is NULL");
+        }
+        let h = c.put_nb(rank as i64, dst as usize, src as usize, nbytes)?;
+        // SAFETY: checked non-null above.
+        unsafe { out(h_out, h, "h_out")? };
+        OK
+    })
+}
+
+/// Non-blocking get: `dst` is valid once the handle is synced. Thread-safe.
+#[no_mangle]
+pub extern "C" fn fh_get_nb(ctx: *mut fh_ctx_t, dst: *mut c_void, rank: c_int, src: *const c_void, nbytes: usize, h_out: *mut fh_handle_t) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        if h_out.is_null() {
+            crate::bail!(InvalidArg, "h_out is NULL");
+        }
+        let h = c.get_nb(dst as usize, rank as i64, src as usize, nbytes)?;
+        // SAFETY: checked non-null above.
+        unsafe { out(h_out, h, "h_out")? };
+        OK
+    })
+}
+
+/// Implicit-handle put, completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi.
+#[no_mangle]
+pub extern "C" fn fh_put_nbi(ctx: *mut fh_ctx_t, rank: c_int, dst: *mut c_void, src: *const c_void, nbytes: usize) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.put_nbi(rank as i64, dst as usize, src as usize, nbytes)?;
+        OK
+    })
+}
+
+/// Implicit-handle get, completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi.
+#[no_mangle]
+pub extern "C" fn fh_get_nbi(ctx: *mut fh_ctx_t, dst: *mut c_void, rank: c_int, src: *const c_void, nbytes: usize) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.get_nbi(dst as usize, rank as i64, src as usize, nbytes)?;
+        OK
+    })
+}
+
+/// FH_OK if `h` is complete (the handle is then retired), FH_NOT_READY if not.
+/// FH_HANDLE_NULL is complete. A retired or unknown handle is FH_ERR_INVALID_ARG.
+#[no_mangle]
+pub extern "C" fn fh_test(ctx: *mut fh_ctx_t, h: fh_handle_t) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        Ok(if c.test(h)? { 0 } else { 1 })
+    })
+}
+
+/// Wait until `h` completes (progressing AMs meanwhile); retires it.
+#[no_mangle]
+pub extern "C" fn fh_wait(ctx: *mut fh_ctx_t, h: fh_handle_t) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.wait(h)?;
+        OK
+    })
+}
+
+/// Wait for all `n` handles; each becomes FH_HANDLE_NULL. FH_HANDLE_NULL entries are
+/// skipped. Returns the first error after completing the rest.
+#[no_mangle]
+pub extern "C" fn fh_wait_all(ctx: *mut fh_ctx_t, hs: *mut fh_handle_t, n: usize) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle; hs holds n handles (caller contract).
+        let c = unsafe { ctx_ref(ctx)? };
+        let hs = unsafe { slice_mut(hs, n, "hs")? };
+        c.wait_all(hs)?;
+        OK
+    })
+}
+
+/// FH_OK if all `n` handles are complete (completed ones become FH_HANDLE_NULL), else
+/// FH_NOT_READY.
+#[no_mangle]
+pub extern "C" fn fh_test_all(ctx: *mut fh_ctx_t, hs: *mut fh_handle_t, n: usize) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle; hs holds n handles (caller contract).
+        let c = unsafe { ctx_ref(ctx)? };
+        let hs = unsafe { slice_mut(hs, n, "hs")? };
+        Ok(if c.test_all(hs)? { 0 } else { 1 })
+    })
+}
+
+/// Wait until at least one of the `n` handles completes (those become
+/// FH_HANDLE_NULL). Returns at once if all are FH_HANDLE_NULL.
+#[no_mangle]
+pub extern "C" fn fh_wait_some(ctx: *mut fh_ctx_t, hs: *mut fh_handle_t, n: usize) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle; hs holds n handles (caller contract).
+        let c = unsafe { ctx_ref(ctx)? };
+        let hs = unsafe { slice_mut(hs, n, "hs")? };
+        c.wait_some(hs)?;
+        OK
+    })
+}
+
+/// Complete every implicit-handle operation of kind `which` (FH_NBI_PUTS,
+/// FH_NBI_GETS, FH_NBI_ALL) issued by this context.
+#[no_mangle]
+pub extern "C" fn fh_wait_nbi(ctx: *mut fh_ctx_t, which: c_int) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.wait_nbi(which)?;
+        OK
+    })
+}
+
+/// FH_OK if every implicit-handle operation of kind `which` is complete, else
+/// FH_NOT_READY.
+#[no_mangle]
+pub extern "C" fn fh_test_nbi(ctx: *mut fh_ctx_t, which: c_int) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        Ok(if c.test_nbi(which)? { 0 } else { 1 })
+    })
+}

@@ -1,0 +1,17 @@
+//! firehose: one-sided RMA to any address, active messages, rpipe channels and
+//! NIC-style synchronisation for MPI programs, with a stable C ABI.
+//!
+//! Layers, top to bottom (dependencies point down only):
+//! - [`ffi`]: the C ABI (`include/firehose.h`), one file per header section.
+//! - [`api`]: API objects — context, RMA with handles, active messages, memory.
+//! - [`firehose`]: registration tables (and the Firehose algorithm).
+//! - [`conduit`]: the transport contract and its MPI and sim implementations.
+//! - [`runtime`]: errors, configuration, OS facilities.
+
+pub mod api;
+pub mod conduit;
+pub mod ffi;
+pub mod firehose;
+pub mod runtime;
+
+pub use runtime::error::{Error, Result, Status};

@@ -1,0 +1,420 @@
+//! The settings table: every tunable of the library in one place.
+//!
+//! Guarantees: each setting has a name (`FH_*`, GASNet-style), a default, a help
+//! line and one parser. Values are layered: default, then the caller's
+//! `fh_config_t`, then the environment (the environment wins). Each resolved value
+//! remembers where it came from so `fh_config_print` can say so. A value that does
+//! not parse is an `FH_ERR_INVALID_ARG` naming the variable, never a silent default.
+
+use crate::runtime::error::Result;
+use crate::{bail, err};
+
+/// How AMs and remote work are progressed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Only inside library calls (every call polls; `fh_poll` for explicit polling).
+    Poll,
+    /// Also on a library thread (needs `MPI_THREAD_MULTIPLE`).
+    Thread,
+}
+
+/// What "pin" means for memory the library makes remotely accessible.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pin {
+    /// `mlock` the pages (bounded by `RLIMIT_MEMLOCK`) in addition to conduit registration.
+    Mlock,
+    /// Conduit registration only.
+    None,
+}
+
+/// MPI thread level requested by `fh_init_world`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ThreadLevel {
+    Single,
+    Funneled,
+    Serialized,
+    Multiple,
+}
+
+/// Where a resolved value came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    Default,
+    Struct,
+    Env,
+}
+
+impl Source {
+    pub fn label(self) -> &'static str {
+        match self {
+            Source::Default => "default",
+            Source::Struct => "fh_config_t",
+            Source::Env => "environment",
+        }
+    }
+}
+
+/// Resolved configuration of one context.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub progress: Progress,
+    pub progress_interval_us: u64,
+    pub heap_size: usize,
+    pub am_max_medium: usize,
+    pub am_max_long: usize,
+    pub am_credits: usize,
+    pub am_recv_buffers: usize,
+    pub pin: Pin,
+    pub mpi_thread: ThreadLevel,
+    pub verbose: bool,
+    /// `sources[i]` is where `SETTINGS[i]` came from.
+    pub sources: Vec<Source>,
+}
+
+/// One row of the settings table.
+pub struct Setting {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub help: &'static str,
+    set: fn(&mut Config, &str) -> Result<()>,
+    show: fn(&Config) -> String,
+}
+
+/// Largest medium AM payload we accept as a setting (one posted buffer each).
+pub const MAX_AM_MEDIUM_LIMIT: usize = 1 << 24;
+/// MPI counts are `int`: a long payload travels as one message.
+pub const MAX_AM_LONG_LIMIT: usize = i32::MAX as usize;
+
+pub static SETTINGS: &[Setting] = &[
+    Setting {
+        name: "FH_PROGRESS",
+        default: "poll",
+        help: "poll: progress only inside library calls; thread: also a progress thread (needs MPI_THREAD_MULTIPLE)",
+        set: |c, v| {
+            c.progress = match v {
+                "poll" => Progress::Poll,
+                "thread" => Progress::Thread,
+                _ => bail!(InvalidArg, "expected poll or thread"),
+            };
+            Ok(())
+        },
+        show: |c| match c.progress {
+            Progress::Poll => "poll".into(),
+            Progress::Thread => "thread".into(),
+        },
+    },
+    Setting {
+        name: "FH_PROGRESS_INTERVAL",
+        default: "20",
+        help: "microseconds the progress thread sleeps between polls",
+        set: |c, v| {
+            c.progress_interval_us = parse_count(v, 0, 1_000_000)? as u64;
+            Ok(())
+        },
+        show: |c| c.progress_interval_us.to_string(),
+    },
+    Setting {
+        name: "FH_HEAP_SIZE",
+        default: "32M",
+        help: "bytes of library heap per rank (fh_malloc, library objects); always registered",
+        set: |c, v| {
+            c.heap_size = parse_size(v)?;
+            if c.heap_size < 4096 {
+                bail!(InvalidArg, "must be at least 4K");
+            }
+            Ok(())
+        },
+        show: |c| show_size(c.heap_size),
+    },
+    Setting {
+        name: "FH_AM_MAX_MEDIUM",
+        default: "32K",
+        help: "largest medium AM payload (each pre-posted receive buffer holds one)",
+        set: |c, v| {
+            c.am_max_medium = parse_size(v)?;
+            if c.am_max_medium < 512 || c.am_max_medium > MAX_AM_MEDIUM_LIMIT {
+                bail!(InvalidArg, "must be between 512 and 16M");
+            }
+            Ok(())
+        },
+        show: |c| show_size(c.am_max_medium),
+    },
+    Setting {
+        name: "FH_AM_MAX_LONG",
+        default: "64M",
+        help: "largest long AM payload",
+        set: |c, v| {
+            c.am_max_long = parse_size(v)?;
+            if c.am_max_long < 512 || c.am_max_long > MAX_AM_LONG_LIMIT {
+                bail!(InvalidArg, "must be between 512 and 2G-1");
+            }
+            Ok(())
+        },
+        show: |c| show_size(c.am_max_long),
+    },
+    Setting {
+        name: "FH_AM_CREDITS",
+        default: "16",
+        help: "AM requests a rank may have unhandled at each peer (flow control)",
+        set: |c, v| {
+            c.am_credits = parse_count(v, 1, 4096)?;
+            Ok(())
+        },
+        show: |c| c.am_credits.to_string(),
+    },
+    Setting {
+        name: "FH_AM_RECV_BUFFERS",
+        default: "32",
+        help: "pre-posted AM receive buffers per context",
+        set: |c, v| {
+            c.am_recv_buffers = parse_count(v, 2, 65536)?;
+            Ok(())
+        },
+        show: |c| c.am_recv_buffers.to_string(),
+    },
+    Setting {
+        name: "FH_PIN",
+        default: "mlock",
+        help: "mlock: registered memory is also locked in RAM; none: conduit registration only",
+        set: |c, v| {
+            c.pin = match v {
+                "mlock" => Pin::Mlock,
+                "none" => Pin::None,
+                _ => bail!(InvalidArg, "expected mlock or none"),
+            };
+            Ok(())
+        },
+        show: |c| match c.pin {
+            Pin::Mlock => "mlock".into(),
+            Pin::None => "none".into(),
+        },
+    },
+    Setting {
+        name: "FH_MPI_THREAD",
+        default: "multiple",
+        help: "thread level fh_init_world requests: single, funneled, serialized or multiple",
+        set: |c, v| {
+            c.mpi_thread = match v {
+                "single" => ThreadLevel::Single,
+                "funneled" => ThreadLevel::Funneled,
+                "serialized" => ThreadLevel::Serialized,
+                "multiple" => ThreadLevel::Multiple,
+                _ => bail!(InvalidArg, "expected single, funneled, serialized or multiple"),
+            };
+            Ok(())
+        },
+        show: |c| {
+            match c.mpi_thread {
+                ThreadLevel::Single => "single",
+                ThreadLevel::Funneled => "funneled",
+                ThreadLevel::Serialized => "serialized",
+                ThreadLevel::Multiple => "multiple",
+            }
+            .into()
+        },
+    },
+    Setting {
+        name: "FH_VERBOSE",
+        default: "0",
+        help: "1: print warnings (degraded modes, refused remote requests) to stderr",
+        set: |c, v| {
+            c.verbose = parse_bool(v)?;
+            Ok(())
+        },
+        show: |c| (c.verbose as u8).to_string(),
+    },
+];
+
+/// Index of a setting by name.
+pub fn setting_index(name: &str) -> Option<usize> {
+    SETTINGS.iter().position(|s| s.name == name)
+}
+
+impl Config {
+    /// Defaults only.
+    pub fn defaults() -> Config {
+        let mut c = Config {
+            progress: Progress::Poll,
+            progress_interval_us: 0,
+            heap_size: 0,
+            am_max_medium: 0,
+            am_max_long: 0,
+            am_credits: 0,
+            am_recv_buffers: 0,
+            pin: Pin::Mlock,
+            mpi_thread: ThreadLevel::Multiple,
+            verbose: false,
+            sources: vec![Source::Default; SETTINGS.len()],
+        };
+        for s in SETTINGS {
+            (s.set)(&mut c, s.default).expect("settings table default must parse");
+        }
+        c
+    }
+
+    /// Defaults, then `overrides` (name, value) from the caller's struct, then `env`.
+    pub fn resolve(
+        overrides: &[(&'static str, String)],
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config> {
+        let mut c = Config::defaults();
+        for (name, value) in overrides {
+            let i = setting_index(name)
+                .ok_or_else(|| err!(Internal, "unknown setting {} in overrides", name))?;
+            (SETTINGS[i].set)(&mut c, value)
+                .map_err(|e| err!(InvalidArg, "fh_config_t field for {}={:?}: {}", name, value, e.msg))?;
+            c.sources[i] = Source::Struct;
+        }
+        for (i, s) in SETTINGS.iter().enumerate() {
+            if let Some(v) = env(s.name) {
+                let v = v.trim().to_string();
+                (s.set)(&mut c, &v)
+                    .map_err(|e| err!(InvalidArg, "environment variable {}={:?}: {}", s.name, v, e.msg))?;
+                c.sources[i] = Source::Env;
+            }
+        }
+        c.check()?;
+        Ok(c)
+    }
+
+    /// Resolve from the process environment.
+    pub fn from_env(overrides: &[(&'static str, String)]) -> Result<Config> {
+        Config::resolve(overrides, |n| std::env::var(n).ok())
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.am_max_long < self.am_max_medium {
+            bail!(
+                InvalidArg,
+                "FH_AM_MAX_LONG ({}) must be at least FH_AM_MAX_MEDIUM ({})",
+                self.am_max_long,
+                self.am_max_medium
+            );
+        }
+        Ok(())
+    }
+
+    /// The value of setting `i` as text.
+    pub fn show(&self, i: usize) -> String {
+        (SETTINGS[i].show)(self)
+    }
+
+    /// Every setting, its value and its source, one per line.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for (i, s) in SETTINGS.iter().enumerate() {
+            out.push_str(&format!(
+                "  {:<24} = {:<10} ({})  {}\n",
+                s.name,
+                self.show(i),
+                self.sources[i].label(),
+                s.help
+            ));
+        }
+        out
+    }
+}
+
+/// Parse a byte size: a decimal integer with an optional K, M, G or T suffix (powers of
+/// 1024), optionally followed by `B` or `iB`; case-insensitive.
+pub fn parse_size(v: &str) -> Result<usize> {
+    let s = v.trim();
+    let lower = s.to_ascii_lowercase();
+    let body = lower
+        .strip_suffix("ib")
+        .or_else(|| lower.strip_suffix('b'))
+        .unwrap_or(&lower);
+    let (digits, shift) = match body.chars().last() {
+        Some('k') => (&body[..body.len() - 1], 10),
+        Some('m') => (&body[..body.len() - 1], 20),
+        Some('g') => (&body[..body.len() - 1], 30),
+        Some('t') => (&body[..body.len() - 1], 40),
+        _ => (body, 0),
+    };
+    let digits = digits.trim();
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        bail!(InvalidArg, "not a size (use e.g. 4096, 64K, 32M, 2G)");
+    }
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| err!(InvalidArg, "size out of range"))?;
+    let bytes = n
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| err!(InvalidArg, "size out of range"))?;
+    usize::try_from(bytes).map_err(|_| err!(InvalidArg, "size out of range"))
+}
+
+fn parse_count(v: &str, min: usize, max: usize) -> Result<usize> {
+    let n: usize = v
+        .trim()
+        .parse()
+        .map_err(|_| err!(InvalidArg, "not a whole number"))?;
+    if n < min || n > max {
+        bail!(InvalidArg, "must be between {} and {}", min, max);
+    }
+    Ok(n)
+}
+
+fn parse_bool(v: &str) -> Result<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "yes" | "true" | "on" => Ok(true),
+        "0" | "no" | "false" | "off" | "" => Ok(false),
+        _ => bail!(InvalidArg, "expected 0 or 1"),
+    }
+}
+
+/// Render a size with the largest exact binary suffix.
+pub fn show_size(n: usize) -> String {
+    for (shift, suf) in [(30, "G"), (20, "M"), (10, "K")] {
+        if n >= (1 << shift) && n % (1 << shift) == 0 {
+            return format!("{}{}", n >> shift, suf);
+        }
+    }
+    n.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::error::Status;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("64k").unwrap(), 65536);
+        assert_eq!(parse_size("32M").unwrap(), 32 << 20);
+        assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
+        assert_eq!(parse_size(" 1T ").unwrap(), 1 << 40);
+        for bad in ["", "M", "12Q", "-1", "1.5G", "99999999999999999999"] {
+            assert_eq!(parse_size(bad).unwrap_err().status, Status::InvalidArg, "{bad}");
+        }
+        assert_eq!(show_size(32 << 20), "32M");
+        assert_eq!(show_size(1000), "1000");
+    }
+
+    #[test]
+    fn defaults_parse_and_layers_apply_in_order() {
+        let d = Config::defaults();
+        assert_eq!(d.progress, Progress::Poll);
+        assert!(d.sources.iter().all(|s| *s == Source::Default));
+
+        let over = [("FH_HEAP_SIZE", "8M".to_string()), ("FH_AM_CREDITS", "4".to_string())];
+        let c = Config::resolve(&over, |n| (n == "FH_AM_CREDITS").then(|| "7".to_string())).unwrap();
+        assert_eq!(c.heap_size, 8 << 20);
+        assert_eq!(c.sources[setting_index("FH_HEAP_SIZE").unwrap()], Source::Struct);
+        assert_eq!(c.am_credits, 7, "environment wins over the struct");
+        assert_eq!(c.sources[setting_index("FH_AM_CREDITS").unwrap()], Source::Env);
+        assert!(c.render().contains("FH_AM_CREDITS            = 7          (environment)"));
+    }
+
+    #[test]
+    fn bad_environment_values_name_the_variable() {
+        let e = Config::resolve(&[], |n| (n == "FH_PROGRESS").then(|| "sometimes".into())).unwrap_err();
+        assert_eq!(e.status, Status::InvalidArg);
+        assert!(e.msg.contains("FH_PROGRESS"), "{}", e.msg);
+        let e = Config::resolve(&[], |n| (n == "FH_HEAP_SIZE").then(|| "lots".into())).unwrap_err();
+        assert!(e.msg.contains("FH_HEAP_SIZE"), "{}", e.msg);
+        let e = Config::resolve(&[], |n| (n == "FH_AM_MAX_LONG").then(|| "1K".into())).unwrap_err();
+        assert!(e.msg.contains("FH_AM_MAX_LONG"), "{}", e.msg);
+    }
+}
