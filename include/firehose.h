@@ -16,7 +16,7 @@
  *  - Calls on one context may be made from several threads when MPI provides
  *    MPI_THREAD_MULTIPLE; otherwise the library serialises its own MPI calls and
  *    the MPI thread-level rules of your program apply to you.
- *  - fh_init*/fh_finalize must not run concurrently with other calls on the same
+ *  - fh_init, fh_init_world and fh_finalize must not run concurrently with other calls on the same
  *    context. fh_strerror, fh_last_error, fh_version are always thread-safe.
  *
  * Active message handlers

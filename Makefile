@@ -1,0 +1,146 @@
+# firehose -- build, test, install.
+#   make demo    4-rank job on this machine showing puts, gets and active messages
+#   make test    everything CI runs (fmt, clippy, Rust tests, header drift, C tests
+#                under Open MPI at 2/4/8 ranks and MPICH at 2, Fortran, pkg-config
+#                consumer, dlopen consumer)
+#   make bench   benchmarks as ratios against raw MPI in the same run
+# Variables: PREFIX DESTDIR MPI (openmpi|mpich) MPICC MPIFC MPIEXEC
+
+MPI      ?= openmpi
+ifeq ($(MPI),mpich)
+MPICC    ?= mpicc.mpich
+MPIFC    ?= mpif90.mpich
+MPIEXEC  ?= mpiexec.mpich
+MPIEXEC_FLAGS ?=
+MPI_PC   ?= mpich
+else
+MPICC    ?= mpicc.openmpi
+MPIFC    ?= mpif90.openmpi
+MPIEXEC  ?= mpirun.openmpi
+MPIEXEC_FLAGS ?= --oversubscribe
+MPI_PC   ?= ompi
+endif
+PREFIX   ?= /usr/local
+DESTDIR  ?=
+NPS      ?= $(if $(filter mpich,$(MPI)),2,2 4 8)
+
+VERSION  := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+MAJOR    := $(firstword $(subst ., ,$(VERSION)))
+TARGET   := $(CURDIR)/target/$(MPI)
+LIBDIR   := $(TARGET)/release
+BUILD    := $(CURDIR)/build/$(MPI)
+CFLAGS   ?= -O2 -g -Wall -Wextra -Werror -std=c11 -D_GNU_SOURCE
+FFLAGS   ?= -O2 -g -Wall -Werror -std=f2008 -fimplicit-none
+CARGO_ENV := CARGO_TARGET_DIR=$(TARGET) MPICC=$(MPICC)
+export OMPI_ALLOW_RUN_AS_ROOT=1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+
+LINK     := -L$(LIBDIR) -Wl,-rpath,$(LIBDIR) -lfirehose
+C_TESTS  := $(patsubst c-tests/%.c,$(BUILD)/c-tests/%,$(wildcard c-tests/*.c))
+EXAMPLES := $(patsubst mpi-examples/%.c,$(BUILD)/examples/%,$(wildcard mpi-examples/*.c))
+BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
+
+.PHONY: all deps lib header check-header fortran examples c-tests test test-rust \
+        test-c test-c-mpich test-fortran test-pkgconfig test-dlopen lint demo bench \
+        install uninstall clean
+
+all: lib fortran
+
+deps:
+	@scripts/deps.sh
+
+lib: deps
+	$(CARGO_ENV) cargo build --release --lib
+	@ln -sf libfirehose.so $(LIBDIR)/libfirehose.so.$(MAJOR)
+
+header:
+	$(CARGO_ENV) cargo run -q --release --example gen_header -- include/firehose.h
+
+check-header:
+	@mkdir -p $(BUILD)
+	$(CARGO_ENV) cargo run -q --release --example gen_header -- $(BUILD)/firehose.h.new
+	@diff -u include/firehose.h $(BUILD)/firehose.h.new || \
+	  (echo "include/firehose.h is out of date: run 'make header' and commit it" >&2; exit 1)
+	@echo "header: include/firehose.h matches the code"
+
+# Fortran module (firehose.mod) and its object.
+fortran: $(BUILD)/fortran/firehose.o
+$(BUILD)/fortran/firehose.o: include/firehose.f90
+	@mkdir -p $(BUILD)/fortran
+	$(MPIFC) $(FFLAGS) -J$(BUILD)/fortran -c $< -o $@
+
+$(BUILD)/c-tests/%: c-tests/%.c c-tests/common.h include/firehose.h | lib
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) -Iinclude -Ic-tests $< -o $@ $(LINK)
+
+$(BUILD)/examples/%: mpi-examples/%.c include/firehose.h | lib
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) -Iinclude $< -o $@ $(LINK)
+
+$(BUILD)/bench/%: bench/%.c bench/bench.h include/firehose.h | lib
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) -O3 -Iinclude -Ibench $< -o $@ $(LINK) -lm
+
+c-tests: $(filter-out $(BUILD)/c-tests/common,$(C_TESTS))
+examples: $(EXAMPLES)
+
+lint:
+	cargo fmt --all -- --check
+	$(CARGO_ENV) cargo clippy --release --all-targets -- -D warnings
+
+test-rust: deps
+	$(CARGO_ENV) cargo test --release
+
+# C tests under the selected MPI at $(NPS) ranks.
+test-c: c-tests
+	@MPIEXEC="$(MPIEXEC) $(MPIEXEC_FLAGS)" NPS="$(NPS)" MPI=$(MPI) scripts/run-c-tests.sh $(BUILD)/c-tests
+
+test-c-mpich:
+	$(MAKE) MPI=mpich test-c
+
+test-fortran: fortran lib
+	@mkdir -p $(BUILD)/fortran
+	$(MPIFC) $(FFLAGS) -I$(BUILD)/fortran tests/fortran/test_basic.f90 $(BUILD)/fortran/firehose.o -o $(BUILD)/fortran/test_basic $(LINK)
+	timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 2 $(BUILD)/fortran/test_basic
+
+# Install into a temporary prefix, build a consumer with pkg-config only, run it.
+test-pkgconfig: lib fortran
+	@scripts/test-pkgconfig.sh "$(MAKE)" "$(MPICC)" "$(MPIEXEC) $(MPIEXEC_FLAGS)"
+
+# A runtime that dlopen()s libfirehose.so and calls through dlsym.
+test-dlopen: lib
+	@mkdir -p $(BUILD)
+	$(MPICC) $(CFLAGS) -Iinclude tests/dlopen/dlopen_consumer.c -o $(BUILD)/dlopen_consumer -ldl
+	timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 2 $(BUILD)/dlopen_consumer $(LIBDIR)/libfirehose.so
+
+test: deps lint test-rust check-header lib test-c test-c-mpich test-fortran test-pkgconfig test-dlopen
+	@echo "make test: all suites passed"
+
+demo: lib $(BUILD)/examples/demo
+	timeout 300 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/demo
+
+bench: lib $(BENCHES)
+	@mkdir -p bench-results
+	@MPIEXEC="$(MPIEXEC) $(MPIEXEC_FLAGS)" scripts/run-bench.sh $(BUILD)/bench bench-results
+
+install: lib fortran
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/firehose $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 755 $(LIBDIR)/libfirehose.so $(DESTDIR)$(PREFIX)/lib/libfirehose.so.$(VERSION)
+	ln -sf libfirehose.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libfirehose.so.$(MAJOR)
+	ln -sf libfirehose.so.$(MAJOR) $(DESTDIR)$(PREFIX)/lib/libfirehose.so
+	install -m 644 $(LIBDIR)/libfirehose.a $(DESTDIR)$(PREFIX)/lib/libfirehose.a
+	install -m 644 include/firehose.h $(DESTDIR)$(PREFIX)/include/firehose.h
+	install -m 644 include/firehose.f90 $(BUILD)/fortran/firehose.mod $(DESTDIR)$(PREFIX)/include/firehose/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@MPI@|$(MPI)|g' \
+	    -e 's|@MPI_PC@|$(MPI_PC)|' -e "s|@MPI_LIBS@|$$(pkg-config --libs $(MPI_PC))|" \
+	    pkgconfig/firehose.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/firehose.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/lib/libfirehose.so $(DESTDIR)$(PREFIX)/lib/libfirehose.so.$(MAJOR) \
+	      $(DESTDIR)$(PREFIX)/lib/libfirehose.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libfirehose.a \
+	      $(DESTDIR)$(PREFIX)/include/firehose.h $(DESTDIR)$(PREFIX)/lib/pkgconfig/firehose.pc
+	rm -rf $(DESTDIR)$(PREFIX)/include/firehose
+
+clean:
+	rm -rf target build bench-results
