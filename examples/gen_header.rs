@@ -3,9 +3,12 @@
 use std::path::PathBuf;
 
 fn main() {
-    let out = std::env::args().nth(1).unwrap_or_else(|| "include/firehose.h".into());
+    let out = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "include/firehose.h".into());
     let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let mut cfg = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("cbindgen.toml");
+    let mut cfg =
+        cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("cbindgen.toml");
     cfg.after_includes = Some(format!(
         "\n#define FH_VERSION_MAJOR {}\n#define FH_VERSION_MINOR {}\n#define FH_VERSION_PATCH {}\n#define FH_VERSION_STRING \"{}\"\n",
         env!("CARGO_PKG_VERSION_MAJOR"),

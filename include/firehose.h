@@ -42,40 +42,11 @@
 
 
 /**
- * Success.
+ * Handler indices the application may register (128..255); 0..127 are the library's.
  */
-#define FH_OK 0
+#define FH_AM_INDEX_USER_MIN 128
 
-/**
- * A test/try call found the operation not complete yet (not an error).
- */
-#define FH_NOT_READY 1
-
-#define FH_ERR_INVALID_ARG -1
-
-#define FH_ERR_BAD_RANK -2
-
-#define FH_ERR_NO_MEMORY -3
-
-#define FH_ERR_NO_RESOURCE -4
-
-#define FH_ERR_ACCESS -5
-
-#define FH_ERR_NOT_PINNED -6
-
-#define FH_ERR_BARRIER_MISMATCH -7
-
-#define FH_ERR_STATE -8
-
-#define FH_ERR_MPI -9
-
-#define FH_ERR_TRANSPORT -10
-
-#define FH_ERR_UNSUPPORTED -11
-
-#define FH_ERR_VERSION -12
-
-#define FH_ERR_INTERNAL -13
+#define FH_AM_INDEX_USER_MAX 255
 
 /**
  * `fh_config_t.progress`: progress only inside library calls.
@@ -118,11 +89,40 @@
 #define FH_NBI_ALL 3
 
 /**
- * Handler indices the application may register (128..255); 0..127 are the library's.
+ * Success.
  */
-#define FH_AM_INDEX_USER_MIN 128
+#define FH_OK 0
 
-#define FH_AM_INDEX_USER_MAX 255
+/**
+ * A test/try call found the operation not complete yet (not an error).
+ */
+#define FH_NOT_READY 1
+
+#define FH_ERR_INVALID_ARG -1
+
+#define FH_ERR_BAD_RANK -2
+
+#define FH_ERR_NO_MEMORY -3
+
+#define FH_ERR_NO_RESOURCE -4
+
+#define FH_ERR_ACCESS -5
+
+#define FH_ERR_NOT_PINNED -6
+
+#define FH_ERR_BARRIER_MISMATCH -7
+
+#define FH_ERR_STATE -8
+
+#define FH_ERR_MPI -9
+
+#define FH_ERR_TRANSPORT -10
+
+#define FH_ERR_UNSUPPORTED -11
+
+#define FH_ERR_VERSION -12
+
+#define FH_ERR_INTERNAL -13
 
 /**
  * Opaque token passed to an AM handler: names the message's source and is the
@@ -137,6 +137,18 @@ typedef struct fh_token_t fh_token_t;
  * mark so later calls return `FH_ERR_STATE` instead of touching freed memory.
  */
 typedef struct fh_ctx_t fh_ctx_t;
+
+/**
+ * An AM handler: `buf`/`nbytes` is the payload (NULL/0 for short messages; for long
+ * messages, the destination where the payload already landed), `args`/`nargs` the
+ * 64-bit arguments, `user` the pointer given to fh_am_register.
+ */
+typedef void (*fh_am_handler_t)(struct fh_token_t *token,
+                                void *buf,
+                                size_t nbytes,
+                                const uint64_t *args,
+                                size_t nargs,
+                                void *user);
 
 /**
  * Settings. Initialise with `fh_config_init` (defaults, then FH_* environment), change
@@ -193,18 +205,6 @@ typedef struct fh_config_t {
  */
 typedef uint64_t fh_handle_t;
 
-/**
- * An AM handler: `buf`/`nbytes` is the payload (NULL/0 for short messages; for long
- * messages, the destination where the payload already landed), `args`/`nargs` the
- * 64-bit arguments, `user` the pointer given to fh_am_register.
- */
-typedef void (*fh_am_handler_t)(struct fh_token_t *token,
-                                void *buf,
-                                size_t nbytes,
-                                const uint64_t *args,
-                                size_t nargs,
-                                void *user);
-
 
 
 #define FH_HANDLE_NULL 0
@@ -216,29 +216,102 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * Static description of a status code ("FH_ERR_ACCESS: ..."). Never NULL.
- * Thread-safe; may be called from AM handlers.
+ * Register `fn` at `index` (FH_AM_INDEX_USER_MIN..FH_AM_INDEX_USER_MAX) with `user`
+ * passed to every call. Replaces an earlier registration. Register on every rank
+ * before other ranks send to that index (an AM to an index with no handler is
+ * refused by the target and reported to the sender by fh_poll). Thread-safe.
  */
-const char *fh_strerror(int status);
+int fh_am_register(struct fh_ctx_t *ctx, unsigned int index, fh_am_handler_t fn_, void *user);
 
 /**
- * Copy this thread's last detailed error message (what failed, with which argument)
- * into `buf` (NUL-terminated, truncated to `len`); returns the full message length.
- * `buf` may be NULL when `len` is 0 (to query the length). Thread-safe.
+ * Send a short request (arguments only) to `rank`'s handler `index`. Blocks only
+ * while flow control says `rank` has too many of our requests unhandled (it keeps
+ * serving AMs meanwhile). Not from handlers.
  */
-size_t fh_last_error(char *buf, size_t len);
+int fh_am_request_short(struct fh_ctx_t *ctx,
+                        int rank,
+                        unsigned int index,
+                        const uint64_t *args,
+                        size_t nargs);
 
 /**
- * The library version: (major << 16) | (minor << 8) | patch.
+ * Send a medium request: `nbytes` (<= fh_am_max_medium) of `buf` are copied into
+ * the message; the handler sees them in a temporary buffer. `buf` may be reused
+ * when this returns. Not from handlers.
  */
-unsigned int fh_version(void);
+int fh_am_request_medium(struct fh_ctx_t *ctx,
+                         int rank,
+                         unsigned int index,
+                         const void *buf,
+                         size_t nbytes,
+                         const uint64_t *args,
+                         size_t nargs);
 
 /**
- * Check that a program compiled against header version `major.minor` with
- * `sizeof(fh_config_t) == config_size` can use this library. `fh_init` (the inline
- * wrapper) calls it for you. Returns FH_OK or FH_ERR_VERSION.
+ * Send a long request: `nbytes` (<= fh_am_max_long) of `buf` land at `dst` in
+ * `rank`'s memory (fh_malloc'd or registered there, else FH_ERR_ACCESS) before the
+ * handler runs with buf = dst. Returns when `buf` may be reused. Not from handlers.
  */
-int fh_version_check(unsigned int major, unsigned int minor, size_t config_size);
+int fh_am_request_long(struct fh_ctx_t *ctx,
+                       int rank,
+                       unsigned int index,
+                       const void *buf,
+                       size_t nbytes,
+                       void *dst,
+                       const uint64_t *args,
+                       size_t nargs);
+
+/**
+ * Reply (short) to the request being handled. Only from a request handler, at most
+ * once. Never blocks.
+ */
+int fh_am_reply_short(struct fh_token_t *tok,
+                      unsigned int index,
+                      const uint64_t *args,
+                      size_t nargs);
+
+/**
+ * Reply (medium) to the request being handled; `buf` is copied.
+ */
+int fh_am_reply_medium(struct fh_token_t *tok,
+                       unsigned int index,
+                       const void *buf,
+                       size_t nbytes,
+                       const uint64_t *args,
+                       size_t nargs);
+
+/**
+ * Reply (long) to the request being handled: `buf` is copied and lands at `dst` on
+ * the requester before its handler runs. If `dst` is not fh_malloc'd or registered
+ * memory there, the requester refuses it and fh_poll here reports FH_ERR_ACCESS.
+ */
+int fh_am_reply_long(struct fh_token_t *tok,
+                     unsigned int index,
+                     const void *buf,
+                     size_t nbytes,
+                     void *dst,
+                     const uint64_t *args,
+                     size_t nargs);
+
+/**
+ * The rank that sent the message being handled, or a negative FH_ERR_*.
+ */
+int fh_am_source(const struct fh_token_t *tok);
+
+/**
+ * Most 64-bit arguments an AM carries (16).
+ */
+size_t fh_am_max_args(void);
+
+/**
+ * Largest medium payload for this context (FH_AM_MAX_MEDIUM); 0 if ctx is invalid.
+ */
+size_t fh_am_max_medium(const struct fh_ctx_t *ctx);
+
+/**
+ * Largest long payload for this context (FH_AM_MAX_LONG); 0 if ctx is invalid.
+ */
+size_t fh_am_max_long(const struct fh_ctx_t *ctx);
 
 /**
  * Fill `cfg` with the defaults, then the FH_* environment. A malformed environment
@@ -421,102 +494,29 @@ int fh_wait_nbi(struct fh_ctx_t *ctx, int which);
 int fh_test_nbi(struct fh_ctx_t *ctx, int which);
 
 /**
- * Register `fn` at `index` (FH_AM_INDEX_USER_MIN..FH_AM_INDEX_USER_MAX) with `user`
- * passed to every call. Replaces an earlier registration. Register on every rank
- * before other ranks send to that index (an AM to an index with no handler is
- * refused by the target and reported to the sender by fh_poll). Thread-safe.
+ * Static description of a status code ("FH_ERR_ACCESS: ..."). Never NULL.
+ * Thread-safe; may be called from AM handlers.
  */
-int fh_am_register(struct fh_ctx_t *ctx, unsigned int index, fh_am_handler_t fn_, void *user);
+const char *fh_strerror(int status);
 
 /**
- * Send a short request (arguments only) to `rank`'s handler `index`. Blocks only
- * while flow control says `rank` has too many of our requests unhandled (it keeps
- * serving AMs meanwhile). Not from handlers.
+ * Copy this thread's last detailed error message (what failed, with which argument)
+ * into `buf` (NUL-terminated, truncated to `len`); returns the full message length.
+ * `buf` may be NULL when `len` is 0 (to query the length). Thread-safe.
  */
-int fh_am_request_short(struct fh_ctx_t *ctx,
-                        int rank,
-                        unsigned int index,
-                        const uint64_t *args,
-                        size_t nargs);
+size_t fh_last_error(char *buf, size_t len);
 
 /**
- * Send a medium request: `nbytes` (<= fh_am_max_medium) of `buf` are copied into
- * the message; the handler sees them in a temporary buffer. `buf` may be reused
- * when this returns. Not from handlers.
+ * The library version: (major << 16) | (minor << 8) | patch.
  */
-int fh_am_request_medium(struct fh_ctx_t *ctx,
-                         int rank,
-                         unsigned int index,
-                         const void *buf,
-                         size_t nbytes,
-                         const uint64_t *args,
-                         size_t nargs);
+unsigned int fh_version(void);
 
 /**
- * Send a long request: `nbytes` (<= fh_am_max_long) of `buf` land at `dst` in
- * `rank`'s memory (fh_malloc'd or registered there, else FH_ERR_ACCESS) before the
- * handler runs with buf = dst. Returns when `buf` may be reused. Not from handlers.
+ * Check that a program compiled against header version `major.minor` with
+ * `sizeof(fh_config_t) == config_size` can use this library. `fh_init` (the inline
+ * wrapper) calls it for you. Returns FH_OK or FH_ERR_VERSION.
  */
-int fh_am_request_long(struct fh_ctx_t *ctx,
-                       int rank,
-                       unsigned int index,
-                       const void *buf,
-                       size_t nbytes,
-                       void *dst,
-                       const uint64_t *args,
-                       size_t nargs);
-
-/**
- * Reply (short) to the request being handled. Only from a request handler, at most
- * once. Never blocks.
- */
-int fh_am_reply_short(struct fh_token_t *tok,
-                      unsigned int index,
-                      const uint64_t *args,
-                      size_t nargs);
-
-/**
- * Reply (medium) to the request being handled; `buf` is copied.
- */
-int fh_am_reply_medium(struct fh_token_t *tok,
-                       unsigned int index,
-                       const void *buf,
-                       size_t nbytes,
-                       const uint64_t *args,
-                       size_t nargs);
-
-/**
- * Reply (long) to the request being handled: `buf` is copied and lands at `dst` on
- * the requester before its handler runs. If `dst` is not fh_malloc'd or registered
- * memory there, the requester refuses it and fh_poll here reports FH_ERR_ACCESS.
- */
-int fh_am_reply_long(struct fh_token_t *tok,
-                     unsigned int index,
-                     const void *buf,
-                     size_t nbytes,
-                     void *dst,
-                     const uint64_t *args,
-                     size_t nargs);
-
-/**
- * The rank that sent the message being handled, or a negative FH_ERR_*.
- */
-int fh_am_source(const struct fh_token_t *tok);
-
-/**
- * Most 64-bit arguments an AM carries (16).
- */
-size_t fh_am_max_args(void);
-
-/**
- * Largest medium payload for this context (FH_AM_MAX_MEDIUM); 0 if ctx is invalid.
- */
-size_t fh_am_max_medium(const struct fh_ctx_t *ctx);
-
-/**
- * Largest long payload for this context (FH_AM_MAX_LONG); 0 if ctx is invalid.
- */
-size_t fh_am_max_long(const struct fh_ctx_t *ctx);
+int fh_version_check(unsigned int major, unsigned int minor, size_t config_size);
 
 #ifdef __cplusplus
 }  // extern "C"

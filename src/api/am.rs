@@ -37,7 +37,8 @@ pub const H_INVALIDATE: u8 = 3;
 pub const H_INVAL_ACK: u8 = 4;
 
 /// The C handler signature (see `fh_am_handler_t`).
-pub type HandlerFn = unsafe extern "C" fn(*mut Token, *mut c_void, usize, *const u64, usize, *mut c_void);
+pub type HandlerFn =
+    unsafe extern "C" fn(*mut Token, *mut c_void, usize, *const u64, usize, *mut c_void);
 /// A library-internal handler.
 pub type InternalFn = fn(&CtxInner, &Token, &Frame<'_>);
 
@@ -124,7 +125,14 @@ impl AmState {
         h[H_INVAL_ACK as usize] = Some(Handler::Internal(super::mem::handle_inval_ack));
         AmState {
             handlers: RwLock::new(h),
-            peers: Mutex::new((0..size).map(|_| Peer { avail: credits, owed: 0 }).collect()),
+            peers: Mutex::new(
+                (0..size)
+                    .map(|_| Peer {
+                        avail: credits,
+                        owed: 0,
+                    })
+                    .collect(),
+            ),
             credits,
             threshold: (credits / 2).max(1),
         }
@@ -161,7 +169,12 @@ impl CtxInner {
 
     fn check_am_args(&self, args: &[u64], payload_len: usize, cat: Category) -> Result<()> {
         if args.len() > wire::MAX_ARGS {
-            bail!(InvalidArg, "nargs {} exceeds fh_am_max_args() = {}", args.len(), wire::MAX_ARGS);
+            bail!(
+                InvalidArg,
+                "nargs {} exceeds fh_am_max_args() = {}",
+                args.len(),
+                wire::MAX_ARGS
+            );
         }
         match cat {
             Category::Medium if payload_len > self.cfg.am_max_medium => bail!(
@@ -196,7 +209,9 @@ impl CtxInner {
         let plen = long.as_ref().map(|l| l.data.len()).unwrap_or(medium.len());
         self.check_am_args(args, plen, cat)?;
         if cat == Category::Long {
-            let l = long.as_ref().ok_or_else(|| err!(Internal, "long request without payload"))?;
+            let l = long
+                .as_ref()
+                .ok_or_else(|| err!(Internal, "long request without payload"))?;
             if l.dst == 0 {
                 bail!(InvalidArg, "long AM destination address is NULL");
             }
@@ -244,9 +259,20 @@ impl CtxInner {
     }
 
     /// Reply from inside a request handler. Never blocks.
-    pub fn am_reply(&self, tok: &Token, cat: Category, handler: u8, args: &[u64], medium: &[u8], long: Option<LongOut<'_>>) -> Result<()> {
+    pub fn am_reply(
+        &self,
+        tok: &Token,
+        cat: Category,
+        handler: u8,
+        args: &[u64],
+        medium: &[u8],
+        long: Option<LongOut<'_>>,
+    ) -> Result<()> {
         if !tok.is_request {
-            bail!(State, "replies may only be sent from request handlers, not from reply handlers");
+            bail!(
+                State,
+                "replies may only be sent from request handlers, not from reply handlers"
+            );
         }
         if tok.replied.get() {
             bail!(State, "a request handler may reply at most once");
@@ -281,16 +307,28 @@ impl CtxInner {
         let frame = wire::encode(Category::Short, Role::Control(c), 0, credits, 0, args, &[]);
         if let Err(e) = self.conduit.am_send(dest, frame, None) {
             self.am.peers.lock()[dest].owed += credits as usize;
-            self.record_async_error(err!(Transport, "could not send a control frame to rank {}: {}", dest, e.msg));
+            self.record_async_error(err!(
+                Transport,
+                "could not send a control frame to rank {}: {}",
+                dest,
+                e.msg
+            ));
         }
     }
 
     fn refuse(&self, src: usize, status: Status, handler: u8, why: String) {
         Stats::add(&self.stats.am_refused_by_us, 1);
         if self.cfg.verbose {
-            eprintln!("firehose[{}]: refused an AM from rank {} (handler {}): {}", self.rank, src, handler, why);
+            eprintln!(
+                "firehose[{}]: refused an AM from rank {} (handler {}): {}",
+                self.rank, src, handler, why
+            );
         }
-        self.send_control(src, Control::Refused, &[status.code() as i64 as u64, handler as u64]);
+        self.send_control(
+            src,
+            Control::Refused,
+            &[status.code() as i64 as u64, handler as u64],
+        );
     }
 
     /// Is `[addr, addr+len)` memory a peer may deposit into (heap or registered)?
@@ -308,7 +346,10 @@ impl CtxInner {
             Err(why) => {
                 Stats::add(&self.stats.am_malformed, 1);
                 if self.cfg.verbose {
-                    eprintln!("firehose[{}]: dropped a malformed AM frame from rank {}: {}", self.rank, src, why);
+                    eprintln!(
+                        "firehose[{}]: dropped a malformed AM frame from rank {}: {}",
+                        self.rank, src, why
+                    );
                 }
                 return;
             }
@@ -316,14 +357,22 @@ impl CtxInner {
         if f.credits > 0 {
             let mut peers = self.am.peers.lock();
             peers[src].avail += f.credits as usize;
-            debug_assert!(peers[src].avail <= self.am.credits, "peer returned more credits than it was given");
+            debug_assert!(
+                peers[src].avail <= self.am.credits,
+                "peer returned more credits than it was given"
+            );
         }
         let is_request = match f.role {
             Role::Control(Control::Credit) => return,
             Role::Control(Control::Refused) => {
                 Stats::add(&self.stats.am_refused_by_peer, 1);
-                let status = Status::from_code(f.args.first().copied().unwrap_or(0) as i64 as i32).unwrap_or(Status::Transport);
-                let status = if status.code() < 0 { status } else { Status::Transport };
+                let status = Status::from_code(f.args.first().copied().unwrap_or(0) as i64 as i32)
+                    .unwrap_or(Status::Transport);
+                let status = if status.code() < 0 {
+                    status
+                } else {
+                    Status::Transport
+                };
                 self.record_async_error(Error::new(
                     status,
                     format!(
@@ -355,9 +404,20 @@ impl CtxInner {
         }
     }
 
-    fn place_and_run(&self, src: usize, is_request: bool, f: &Frame<'_>, handler: Option<Handler>, long: Option<&mut dyn LongIn>) -> Result<()> {
+    fn place_and_run(
+        &self,
+        src: usize,
+        is_request: bool,
+        f: &Frame<'_>,
+        handler: Option<Handler>,
+        long: Option<&mut dyn LongIn>,
+    ) -> Result<()> {
         let Some(handler) = handler else {
-            bail!(InvalidArg, "no handler is registered at index {}", f.handler);
+            bail!(
+                InvalidArg,
+                "no handler is registered at index {}",
+                f.handler
+            );
         };
         let (buf, nbytes) = match f.category {
             Category::Short => (std::ptr::null_mut(), 0usize),
@@ -398,11 +458,22 @@ impl CtxInner {
                 // SAFETY: calling the application's handler with the documented
                 // arguments: a token valid for this call, the payload (valid for this
                 // call), and the args array of nargs entries.
-                unsafe { func(&tok as *const Token as *mut Token, buf, nbytes, args.as_ptr(), args.len(), user as *mut c_void) };
+                unsafe {
+                    func(
+                        &tok as *const Token as *mut Token,
+                        buf,
+                        nbytes,
+                        args.as_ptr(),
+                        args.len(),
+                        user as *mut c_void,
+                    )
+                };
                 Ok(())
             }
-            Handler::Internal(func) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| func(self, &tok, f)))
-                .map_err(|_| err!(Internal, "library handler {} panicked", f.handler)),
+            Handler::Internal(func) => {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| func(self, &tok, f)))
+                    .map_err(|_| err!(Internal, "library handler {} panicked", f.handler))
+            }
         };
         IN_HANDLER.with(|h| h.set(prev));
         let _ = src;

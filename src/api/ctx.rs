@@ -37,6 +37,9 @@ pub enum State {
 /// while they wait). Bounds the cost of polling on the fast path.
 pub const POLL_EVERY: u64 = 8;
 
+/// An access query's answer: (status code, region start, region end).
+pub type QueryAnswer = (i32, usize, usize);
+
 pub struct CtxInner {
     pub conduit: Arc<dyn Conduit>,
     /// The MPI conduit, when that is what `conduit` is (for MPI-only facts).
@@ -52,7 +55,7 @@ pub struct CtxInner {
     pub remote: RemoteCache,
     pub stats: Stats,
     /// Outstanding access queries: id -> answer (status, start, end).
-    pub(crate) queries: Mutex<HashMap<u64, Option<(i32, usize, usize)>>>,
+    pub(crate) queries: Mutex<HashMap<u64, Option<QueryAnswer>>>,
     /// Outstanding invalidations: id -> acks still missing.
     pub(crate) invals: Mutex<HashMap<u64, usize>>,
     pub(crate) next_id: AtomicU64,
@@ -98,7 +101,10 @@ impl Context {
         };
         let mut info = vec![
             format!("conduit: mpi ({} ranks)", c.size()),
-            format!("MPI library: {}", boot::library_version().lines().next().unwrap_or("?")),
+            format!(
+                "MPI library: {}",
+                boot::library_version().lines().next().unwrap_or("?")
+            ),
             format!("built against: {}", boot::BUILT_FOR),
             format!(
                 "MPI thread level: {}{}",
@@ -129,7 +135,9 @@ impl Context {
         if want_thread && can_thread {
             ctx.start_progress_thread();
         } else if !want_thread {
-            ctx.info.lock().push("progress thread: off (FH_PROGRESS=poll)".into());
+            ctx.info
+                .lock()
+                .push("progress thread: off (FH_PROGRESS=poll)".into());
         }
         Ok(ctx)
     }
@@ -137,10 +145,20 @@ impl Context {
     /// Create the context of virtual node `rank` of a sim world.
     pub fn new_sim(world: &Arc<SimWorld>, rank: usize, cfg: Config) -> Result<Context> {
         if rank >= world.size() {
-            bail!(BadRank, "sim rank {} out of range (world of {})", rank, world.size());
+            bail!(
+                BadRank,
+                "sim rank {} out of range (world of {})",
+                rank,
+                world.size()
+            );
         }
         let c = world.conduit(rank, max_frame(&cfg));
-        let inner = CtxInner::build(c.clone(), None, cfg, vec![format!("conduit: sim ({} nodes)", world.size())]);
+        let inner = CtxInner::build(
+            c.clone(),
+            None,
+            cfg,
+            vec![format!("conduit: sim ({} nodes)", world.size())],
+        );
         let weak = Arc::downgrade(&inner);
         let hook: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
             if let Some(ctx) = weak.upgrade() {
@@ -182,11 +200,15 @@ impl Context {
         match spawned {
             Ok(h) => {
                 *self.progress.lock() = Some((stop, h));
-                self.info
-                    .lock()
-                    .push(format!("progress thread: on (polls every {} us when idle)", self.cfg.progress_interval_us));
+                self.info.lock().push(format!(
+                    "progress thread: on (polls every {} us when idle)",
+                    self.cfg.progress_interval_us
+                ));
             }
-            Err(e) => self.info.lock().push(format!("progress thread: failed to start ({}); polling only", e)),
+            Err(e) => self.info.lock().push(format!(
+                "progress thread: failed to start ({}); polling only",
+                e
+            )),
         }
     }
 
@@ -200,7 +222,12 @@ impl Context {
         let inner = &self.inner;
         if inner
             .state
-            .compare_exchange(State::Live as u8, State::Finalizing as u8, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(
+                State::Live as u8,
+                State::Finalizing as u8,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
             .is_err()
         {
             bail!(State, "context is already finalized");
@@ -258,7 +285,12 @@ impl Drop for Context {
 }
 
 impl CtxInner {
-    fn build(conduit: Arc<dyn Conduit>, mpi: Option<Arc<MpiConduit>>, cfg: Config, info: Vec<String>) -> Arc<CtxInner> {
+    fn build(
+        conduit: Arc<dyn Conduit>,
+        mpi: Option<Arc<MpiConduit>>,
+        cfg: Config,
+        info: Vec<String>,
+    ) -> Arc<CtxInner> {
         let (rank, size) = (conduit.rank(), conduit.size());
         let (hb, hl) = conduit.heap();
         Arc::new(CtxInner {
@@ -304,7 +336,12 @@ impl CtxInner {
     #[inline]
     pub fn check_rank(&self, rank: i64) -> Result<usize> {
         if rank < 0 || rank as u64 >= self.size as u64 {
-            bail!(BadRank, "rank {} is out of range: this context has ranks 0..{}", rank, self.size.saturating_sub(1));
+            bail!(
+                BadRank,
+                "rank {} is out of range: this context has ranks 0..{}",
+                rank,
+                self.size.saturating_sub(1)
+            );
         }
         Ok(rank as usize)
     }
@@ -315,7 +352,8 @@ impl CtxInner {
         if st == State::Finalized as u8 {
             return Ok(0);
         }
-        self.conduit.am_poll(&mut |src, bytes, long| self.dispatch(src, bytes, long))
+        self.conduit
+            .am_poll(&mut |src, bytes, long| self.dispatch(src, bytes, long))
     }
 
     /// `fh_poll`: progress, then report any asynchronous error.
@@ -330,7 +368,9 @@ impl CtxInner {
     /// Cheap periodic polling for non-blocking calls.
     #[inline]
     pub fn maybe_poll(&self) {
-        if self.call_count.fetch_add(1, Ordering::Relaxed) % POLL_EVERY == POLL_EVERY - 1 && !am::in_handler() {
+        if self.call_count.fetch_add(1, Ordering::Relaxed) % POLL_EVERY == POLL_EVERY - 1
+            && !am::in_handler()
+        {
             let _ = self.progress_once();
         }
     }
@@ -350,7 +390,8 @@ impl CtxInner {
         match self.async_err.lock().take() {
             Some((mut e, more)) => {
                 if more > 0 {
-                    e.msg.push_str(&format!(" (and {} more asynchronous errors)", more));
+                    e.msg
+                        .push_str(&format!(" (and {} more asynchronous errors)", more));
                 }
                 Err(e)
             }
@@ -379,7 +420,12 @@ impl CtxInner {
 
     /// Every setting with its source, then facts about this context.
     pub fn render_config(&self) -> String {
-        let mut s = format!("firehose {} rank {}/{} configuration:\n", env!("CARGO_PKG_VERSION"), self.rank, self.size);
+        let mut s = format!(
+            "firehose {} rank {}/{} configuration:\n",
+            env!("CARGO_PKG_VERSION"),
+            self.rank,
+            self.size
+        );
         s.push_str(&self.cfg.render());
         for l in self.info.lock().iter() {
             s.push_str(&format!("  {}\n", l));

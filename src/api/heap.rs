@@ -48,7 +48,12 @@ impl Heap {
             bail!(InvalidArg, "nbytes is 0");
         }
         if nbytes > self.len {
-            bail!(NoMemory, "{} bytes requested, the heap is {} bytes (raise FH_HEAP_SIZE)", nbytes, self.len);
+            bail!(
+                NoMemory,
+                "{} bytes requested, the heap is {} bytes (raise FH_HEAP_SIZE)",
+                nbytes,
+                self.len
+            );
         }
         let need = nbytes.div_ceil(ALIGN) * ALIGN;
         let mut g = self.inner.lock();
@@ -77,7 +82,11 @@ impl Heap {
         let off = addr - self.base;
         let mut g = self.inner.lock();
         let Some(len) = g.live.remove(&off) else {
-            bail!(InvalidArg, "{:#x} is not a live fh_malloc allocation (double free?)", addr);
+            bail!(
+                InvalidArg,
+                "{:#x} is not a live fh_malloc allocation (double free?)",
+                addr
+            );
         };
         g.in_use -= len;
         let (mut start, mut end) = (off, off + len);
@@ -100,7 +109,10 @@ impl Heap {
     }
 
     pub fn contains(&self, addr: usize, len: usize) -> bool {
-        addr >= self.base && addr.checked_add(len).is_some_and(|e| e <= self.base + self.len)
+        addr >= self.base
+            && addr
+                .checked_add(len)
+                .is_some_and(|e| e <= self.base + self.len)
     }
 }
 

@@ -47,18 +47,40 @@ impl CtxInner {
         if len == 0 {
             bail!(InvalidArg, "len is 0");
         }
-        let end = addr
-            .checked_add(len)
-            .ok_or_else(|| err!(InvalidArg, "[{:#x}, +{}) wraps around the address space", addr, len))?;
+        let end = addr.checked_add(len).ok_or_else(|| {
+            err!(
+                InvalidArg,
+                "[{:#x}, +{}) wraps around the address space",
+                addr,
+                len
+            )
+        })?;
         let (hb, hl) = self.conduit.heap();
         if addr < hb + hl && end > hb {
-            bail!(InvalidArg, "[{:#x}, +{}) overlaps the library heap, which is always registered", addr, len);
+            bail!(
+                InvalidArg,
+                "[{:#x}, +{}) overlaps the library heap, which is always registered",
+                addr,
+                len
+            );
         }
         if !os::is_mapped(addr, len) {
-            bail!(Access, "[{:#x}, +{}) is not mapped memory of this process", addr, len);
+            bail!(
+                Access,
+                "[{:#x}, +{}) is not mapped memory of this process",
+                addr,
+                len
+            );
         }
         if let Some((s, e)) = self.overlapping_region(addr, end) {
-            bail!(InvalidArg, "[{:#x}, {:#x}) overlaps the registered region [{:#x}, {:#x}); unregister it first", addr, end, s, e);
+            bail!(
+                InvalidArg,
+                "[{:#x}, {:#x}) overlaps the registered region [{:#x}, {:#x}); unregister it first",
+                addr,
+                end,
+                s,
+                e
+            );
         }
         let locked = self.cfg.pin == Pin::Mlock;
         let (ps, pl) = os::page_span(addr, len);
@@ -83,7 +105,10 @@ impl CtxInner {
 
     fn overlapping_region(&self, start: usize, end: usize) -> Option<(usize, usize)> {
         let g = self.local_regs.read();
-        g.range(..end).next_back().filter(|(_, r)| r.end > start).map(|(&s, r)| (s, r.end))
+        g.range(..end)
+            .next_back()
+            .filter(|(_, r)| r.end > start)
+            .map(|(&s, r)| (s, r.end))
     }
 
     pub fn mem_unregister(&self, addr: usize, len: usize) -> Result<()> {
@@ -92,7 +117,9 @@ impl CtxInner {
         if addr == 0 || len == 0 {
             bail!(InvalidArg, "addr is NULL or len is 0");
         }
-        let end = addr.checked_add(len).ok_or_else(|| err!(InvalidArg, "range wraps around"))?;
+        let end = addr
+            .checked_add(len)
+            .ok_or_else(|| err!(InvalidArg, "range wraps around"))?;
         let region = self.local_regs.remove_exact(addr, end)?;
         self.retract(addr, region)
     }
@@ -104,7 +131,9 @@ impl CtxInner {
         if addr == 0 {
             bail!(InvalidArg, "addr is NULL");
         }
-        let end = addr.checked_add(len).ok_or_else(|| err!(InvalidArg, "range wraps around"))?;
+        let end = addr
+            .checked_add(len)
+            .ok_or_else(|| err!(InvalidArg, "range wraps around"))?;
         let gone = self.local_regs.remove_overlapping(addr, end.max(addr + 1));
         let n = gone.len();
         let mut first = Ok(());
@@ -120,13 +149,24 @@ impl CtxInner {
 
     /// Tell the holders of a removed region to forget it, wait, then detach.
     fn retract(&self, start: usize, region: Region) -> Result<()> {
-        let holders: Vec<usize> = region.holder_ranks().into_iter().filter(|&h| h != self.rank).collect();
+        let holders: Vec<usize> = region
+            .holder_ranks()
+            .into_iter()
+            .filter(|&h| h != self.rank)
+            .collect();
         let mut res = Ok(());
         if !holders.is_empty() {
             let id = self.new_id();
             self.invals.lock().insert(id, holders.len());
             for &h in &holders {
-                if let Err(e) = self.am_request(h, Category::Short, am::H_INVALIDATE, &[start as u64, region.end as u64, id], &[], None) {
+                if let Err(e) = self.am_request(
+                    h,
+                    Category::Short,
+                    am::H_INVALIDATE,
+                    &[start as u64, region.end as u64, id],
+                    &[],
+                    None,
+                ) {
                     // Could not reach the holder: do not wait for its ack.
                     *self.invals.lock().get_mut(&id).expect("present") -= 1;
                     res = Err(e);
@@ -175,14 +215,26 @@ impl CtxInner {
             let (s, e) = self.query(rank, addr, len)?;
             self.remote.insert(rank, s, e);
         }
-        bail!(Internal, "access to rank {} at {:#x} kept missing after the target approved it", rank, addr)
+        bail!(
+            Internal,
+            "access to rank {} at {:#x} kept missing after the target approved it",
+            rank,
+            addr
+        )
     }
 
     fn query(&self, rank: usize, addr: usize, len: usize) -> Result<(usize, usize)> {
         am::check_not_in_handler("a remote access check")?;
         let id = self.new_id();
         self.queries.lock().insert(id, None);
-        let sent = self.am_request(rank, Category::Short, H_REG_QUERY, &[addr as u64, len as u64, id], &[], None);
+        let sent = self.am_request(
+            rank,
+            Category::Short,
+            H_REG_QUERY,
+            &[addr as u64, len as u64, id],
+            &[],
+            None,
+        );
         if let Err(e) = sent {
             self.queries.lock().remove(&id);
             return Err(e);
@@ -204,7 +256,11 @@ impl CtxInner {
                     if status == Status::Access { "not registered memory" } else { status.describe().trim_end_matches('\0') }
                 ))
             }
-            None => bail!(Internal, "access query to rank {} ended without an answer", rank),
+            None => bail!(
+                Internal,
+                "access query to rank {} ended without an answer",
+                rank
+            ),
         }
     }
 }
@@ -220,7 +276,14 @@ pub(crate) fn handle_reg_query(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
         Some((s, e)) if len > 0 && os::is_mapped(addr, len) => (0i64, s, e),
         _ => (Status::Access.code() as i64, 0, 0),
     };
-    let _ = ctx.am_reply(tok, Category::Short, H_REG_ANSWER, &[id, status as u64, s as u64, e as u64], &[], None);
+    let _ = ctx.am_reply(
+        tok,
+        Category::Short,
+        H_REG_ANSWER,
+        &[id, status as u64, s as u64, e as u64],
+        &[],
+        None,
+    );
 }
 
 pub(crate) fn handle_reg_answer(ctx: &CtxInner, _tok: &Token, f: &Frame<'_>) {

@@ -10,8 +10,8 @@
 
 use super::ctx::CtxInner;
 use super::stats::Stats;
-use crate::runtime::error::Result;
 use crate::bail;
+use crate::runtime::error::Result;
 use parking_lot::Mutex;
 
 pub type Handle = u64;
@@ -88,7 +88,11 @@ impl RmaState {
         let gen = (h >> 32) as u32;
         match g.slots.get(idx) {
             Some(s) if s.gen == gen && s.op.is_some() => Ok(s.op.expect("checked")),
-            _ => bail!(InvalidArg, "handle {:#x} is not an outstanding operation (already synced, or never issued)", h),
+            _ => bail!(
+                InvalidArg,
+                "handle {:#x} is not an outstanding operation (already synced, or never issued)",
+                h
+            ),
         }
     }
 
@@ -147,18 +151,34 @@ enum Dir {
 impl CtxInner {
     fn rma_checks(&self, rank: i64, local: usize, remote: usize, nbytes: usize) -> Result<usize> {
         self.check_live()?;
+        // RMA may need an access query (a round trip): never from a handler.
+        super::am::check_not_in_handler("put/get")?;
         let r = self.check_rank(rank)?;
         if nbytes > 0 && (local == 0 || remote == 0) {
             bail!(InvalidArg, "a buffer pointer is NULL (nbytes {})", nbytes);
         }
-        if nbytes > isize::MAX as usize || local.checked_add(nbytes).is_none() || remote.checked_add(nbytes).is_none() {
-            bail!(InvalidArg, "nbytes {} is too large for the address space", nbytes);
+        if nbytes > isize::MAX as usize
+            || local.checked_add(nbytes).is_none()
+            || remote.checked_add(nbytes).is_none()
+        {
+            bail!(
+                InvalidArg,
+                "nbytes {} is too large for the address space",
+                nbytes
+            );
         }
         Ok(r)
     }
 
     /// Issue one put/get after validating access; does not wait.
-    fn issue(&self, dir: Dir, rank: usize, remote: usize, local: usize, nbytes: usize) -> Result<()> {
+    fn issue(
+        &self,
+        dir: Dir,
+        rank: usize,
+        remote: usize,
+        local: usize,
+        nbytes: usize,
+    ) -> Result<()> {
         let _proof = self.access(rank, remote, nbytes)?;
         // SAFETY: the caller of the public functions guarantees `local` is valid for
         // nbytes until the operation completes (documented per call); `remote` was
@@ -182,12 +202,18 @@ impl CtxInner {
         Ok(())
     }
 
-    fn blocking(&self, dir: Dir, rank: i64, remote: usize, local: usize, nbytes: usize) -> Result<()> {
+    fn blocking(
+        &self,
+        dir: Dir,
+        rank: i64,
+        remote: usize,
+        local: usize,
+        nbytes: usize,
+    ) -> Result<()> {
         let r = self.rma_checks(rank, local, remote, nbytes)?;
         if nbytes == 0 {
             return Ok(());
         }
-        super::am::check_not_in_handler(if dir == Dir::Put { "fh_put" } else { "fh_get" })?;
         self.issue(dir, r, remote, local, nbytes)?;
         self.conduit.flush(r)?;
         self.maybe_poll();
@@ -204,7 +230,14 @@ impl CtxInner {
         self.blocking(Dir::Get, rank, src, dst, nbytes)
     }
 
-    fn nb(&self, dir: Dir, rank: i64, remote: usize, local: usize, nbytes: usize) -> Result<Handle> {
+    fn nb(
+        &self,
+        dir: Dir,
+        rank: i64,
+        remote: usize,
+        local: usize,
+        nbytes: usize,
+    ) -> Result<Handle> {
         let r = self.rma_checks(rank, local, remote, nbytes)?;
         if nbytes == 0 {
             return Ok(HANDLE_NULL);
@@ -340,7 +373,11 @@ impl CtxInner {
 
     fn check_which(which: i32) -> Result<()> {
         if which & !NBI_ALL != 0 || which == 0 {
-            bail!(InvalidArg, "which = {} must be FH_NBI_PUTS, FH_NBI_GETS or FH_NBI_ALL", which);
+            bail!(
+                InvalidArg,
+                "which = {} must be FH_NBI_PUTS, FH_NBI_GETS or FH_NBI_ALL",
+                which
+            );
         }
         Ok(())
     }
@@ -375,4 +412,3 @@ impl CtxInner {
         g.slots.iter().filter(|s| s.op.is_some()).count()
     }
 }
-

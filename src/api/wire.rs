@@ -136,7 +136,11 @@ pub fn decode(b: &[u8]) -> Result<Frame<'_>, &'static str> {
         if kind & !(3 | KIND_REPLY) != 0 {
             return Err("bad kind bits");
         }
-        let role = if kind & KIND_REPLY != 0 { Role::Reply } else { Role::Request };
+        let role = if kind & KIND_REPLY != 0 {
+            Role::Reply
+        } else {
+            Role::Request
+        };
         (cat, role)
     };
     if category != Category::Medium && plen != 0 {
@@ -173,14 +177,30 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let f = encode(Category::Medium, Role::Reply, 200, 3, 0, &[1, 2, u64::MAX], b"hello");
+        let f = encode(
+            Category::Medium,
+            Role::Reply,
+            200,
+            3,
+            0,
+            &[1, 2, u64::MAX],
+            b"hello",
+        );
         let d = decode(&f).unwrap();
         assert_eq!(d.category, Category::Medium);
         assert_eq!(d.role, Role::Reply);
         assert_eq!((d.handler, d.credits), (200, 3));
         assert_eq!(d.args(), &[1, 2, u64::MAX]);
         assert_eq!(d.payload, b"hello");
-        let c = encode(Category::Short, Role::Control(Control::Refused), 0, 0, 0, &[5, 130], &[]);
+        let c = encode(
+            Category::Short,
+            Role::Control(Control::Refused),
+            0,
+            0,
+            0,
+            &[5, 130],
+            &[],
+        );
         assert_eq!(decode(&c).unwrap().role, Role::Control(Control::Refused));
     }
 

@@ -120,7 +120,8 @@ pub trait Conduit: Send + Sync {
     /// Send one frame (at most `caps().max_frame` bytes) with an optional long payload.
     /// Never blocks on the peer. Returns an id to pass to `send_done` when a borrowed
     /// payload is still in use.
-    fn am_send(&self, dest: usize, frame: Vec<u8>, long: Option<LongSrc>) -> Result<Option<SendId>>;
+    fn am_send(&self, dest: usize, frame: Vec<u8>, long: Option<LongSrc>)
+        -> Result<Option<SendId>>;
     /// True when the borrowed payload of send `id` may be reused.
     fn send_done(&self, id: SendId) -> Result<bool>;
     /// Deliver arrived frames to `sink`; returns how many were delivered. If another

@@ -27,8 +27,16 @@ struct Frame {
 
 #[derive(Clone, Copy)]
 enum Op {
-    Put { raddr: usize, src: usize, len: usize },
-    Get { raddr: usize, dst: usize, len: usize },
+    Put {
+        raddr: usize,
+        src: usize,
+        len: usize,
+    },
+    Get {
+        raddr: usize,
+        dst: usize,
+        len: usize,
+    },
 }
 
 struct Node {
@@ -140,7 +148,12 @@ impl SimConduit {
 
     fn check_rank(&self, rank: usize) -> Result<()> {
         if rank >= self.world.size() {
-            bail!(BadRank, "rank {} out of range (size {})", rank, self.world.size());
+            bail!(
+                BadRank,
+                "rank {} out of range (size {})",
+                rank,
+                self.world.size()
+            );
         }
         Ok(())
     }
@@ -224,7 +237,14 @@ impl Conduit for SimConduit {
         let mut regs = self.node().regs.lock();
         if let Some((&s, &e)) = regs.range(..end).next_back() {
             if e > addr {
-                bail!(InvalidArg, "sim: [{:#x},{:#x}) overlaps registration [{:#x},{:#x})", addr, end, s, e);
+                bail!(
+                    InvalidArg,
+                    "sim: [{:#x},{:#x}) overlaps registration [{:#x},{:#x})",
+                    addr,
+                    end,
+                    s,
+                    e
+                );
             }
         }
         regs.insert(addr, end);
@@ -246,7 +266,13 @@ impl Conduit for SimConduit {
         self.check_live()?;
         self.check_rank(rank)?;
         if !self.world.accessible(rank, raddr, len) {
-            bail!(Access, "sim: put to rank {} at [{:#x}, +{}) which is not registered there", rank, raddr, len);
+            bail!(
+                Access,
+                "sim: put to rank {} at [{:#x}, +{}) which is not registered there",
+                rank,
+                raddr,
+                len
+            );
         }
         self.node().pending.lock()[rank].push(Op::Put {
             raddr,
@@ -260,7 +286,13 @@ impl Conduit for SimConduit {
         self.check_live()?;
         self.check_rank(rank)?;
         if !self.world.accessible(rank, raddr, len) {
-            bail!(Access, "sim: get from rank {} at [{:#x}, +{}) which is not registered there", rank, raddr, len);
+            bail!(
+                Access,
+                "sim: get from rank {} at [{:#x}, +{}) which is not registered there",
+                rank,
+                raddr,
+                len
+            );
         }
         self.node().pending.lock()[rank].push(Op::Get {
             raddr,
@@ -277,7 +309,10 @@ impl Conduit for SimConduit {
     }
 
     fn flush_all(&self) -> Result<()> {
-        let all: Vec<Vec<Op>> = std::mem::replace(&mut *self.node().pending.lock(), vec![Vec::new(); self.world.size()]);
+        let all: Vec<Vec<Op>> = std::mem::replace(
+            &mut *self.node().pending.lock(),
+            vec![Vec::new(); self.world.size()],
+        );
         let mut res = Ok(());
         for (rank, ops) in all.into_iter().enumerate() {
             if let Err(e) = self.complete(rank, ops) {
@@ -287,16 +322,28 @@ impl Conduit for SimConduit {
         res
     }
 
-    fn am_send(&self, dest: usize, frame: Vec<u8>, long: Option<LongSrc>) -> Result<Option<SendId>> {
+    fn am_send(
+        &self,
+        dest: usize,
+        frame: Vec<u8>,
+        long: Option<LongSrc>,
+    ) -> Result<Option<SendId>> {
         self.check_live()?;
         self.check_rank(dest)?;
         if frame.len() > self.caps.max_frame {
-            bail!(Internal, "frame of {} bytes exceeds max_frame {}", frame.len(), self.caps.max_frame);
+            bail!(
+                Internal,
+                "frame of {} bytes exceeds max_frame {}",
+                frame.len(),
+                self.caps.max_frame
+            );
         }
         let long = long.map(|l| match l {
             // SAFETY: the caller guarantees ptr is readable for len bytes for the
             // duration of the send; we copy immediately, so the send is done at once.
-            LongSrc::Borrowed { ptr, len } => unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec(),
+            LongSrc::Borrowed { ptr, len } => {
+                unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec()
+            }
             LongSrc::Owned(v) => v,
         });
         self.world.nodes[dest].inbox.lock().push_back(Frame {
@@ -352,7 +399,10 @@ impl Conduit for SimConduit {
     }
 
     fn allgather_u64(&self, _x: u64) -> Result<Vec<u64>> {
-        bail!(Unsupported, "sim: no collectives; nodes share the world directly")
+        bail!(
+            Unsupported,
+            "sim: no collectives; nodes share the world directly"
+        )
     }
     fn barrier_start(&self) -> Result<()> {
         Ok(())
@@ -403,7 +453,8 @@ mod tests {
         let c0 = w.conduit(0, 1024);
         let c1 = w.conduit(1, 1024);
         for i in 0..5u8 {
-            c0.am_send(1, vec![i], Some(LongSrc::Owned(vec![i; 3]))).unwrap();
+            c0.am_send(1, vec![i], Some(LongSrc::Owned(vec![i; 3])))
+                .unwrap();
         }
         let mut got = Vec::new();
         c1.am_poll(&mut |src, f: &mut [u8], long| {
@@ -419,6 +470,9 @@ mod tests {
             assert_eq!((src, b as usize), (0, i));
             assert_eq!(buf, vec![i as u8; 3]);
         }
-        assert!(c0.am_send(1, vec![0; 2000], None).is_err(), "oversized frame refused");
+        assert!(
+            c0.am_send(1, vec![0; 2000], None).is_err(),
+            "oversized frame refused"
+        );
     }
 }

@@ -13,17 +13,27 @@ use crate::api::wire::{Category, MAX_ARGS};
 use crate::runtime::error::Result;
 use std::os::raw::{c_int, c_uint, c_void};
 
-
 /// An AM handler: `buf`/`nbytes` is the payload (NULL/0 for short messages; for long
 /// messages, the destination where the payload already landed), `args`/`nargs` the
 /// 64-bit arguments, `user` the pointer given to fh_am_register.
-pub type fh_am_handler_t =
-    Option<unsafe extern "C" fn(token: *mut Token, buf: *mut c_void, nbytes: usize, args: *const u64, nargs: usize, user: *mut c_void)>;
+pub type fh_am_handler_t = Option<
+    unsafe extern "C" fn(
+        token: *mut Token,
+        buf: *mut c_void,
+        nbytes: usize,
+        args: *const u64,
+        nargs: usize,
+        user: *mut c_void,
+    ),
+>;
 
 /// Handler indices the application may register (128..255); 0..127 are the library's.
 pub const FH_AM_INDEX_USER_MIN: c_uint = 128;
 pub const FH_AM_INDEX_USER_MAX: c_uint = 255;
-const _: () = assert!(FH_AM_INDEX_USER_MIN as usize == INDEX_USER_MIN && FH_AM_INDEX_USER_MAX as usize == INDEX_USER_MAX);
+const _: () = assert!(
+    FH_AM_INDEX_USER_MIN as usize == INDEX_USER_MIN
+        && FH_AM_INDEX_USER_MAX as usize == INDEX_USER_MAX
+);
 
 fn user_index(index: c_uint) -> Result<u8> {
     if !(FH_AM_INDEX_USER_MIN..=FH_AM_INDEX_USER_MAX).contains(&index) {
@@ -43,7 +53,12 @@ fn user_index(index: c_uint) -> Result<u8> {
 /// before other ranks send to that index (an AM to an index with no handler is
 /// refused by the target and reported to the sender by fh_poll). Thread-safe.
 #[no_mangle]
-pub extern "C" fn fh_am_register(ctx: *mut fh_ctx_t, index: c_uint, fn_: fh_am_handler_t, user: *mut c_void) -> c_int {
+pub extern "C" fn fh_am_register(
+    ctx: *mut fh_ctx_t,
+    index: c_uint,
+    fn_: fh_am_handler_t,
+    user: *mut c_void,
+) -> c_int {
     crate::ffi_boundary!(status {
         // SAFETY: validated handle.
         let c = unsafe { ctx_ref(ctx)? };
@@ -59,7 +74,13 @@ pub extern "C" fn fh_am_register(ctx: *mut fh_ctx_t, index: c_uint, fn_: fh_am_h
 /// while flow control says `rank` has too many of our requests unhandled (it keeps
 /// serving AMs meanwhile). Not from handlers.
 #[no_mangle]
-pub extern "C" fn fh_am_request_short(ctx: *mut fh_ctx_t, rank: c_int, index: c_uint, args: *const u64, nargs: usize) -> c_int {
+pub extern "C" fn fh_am_request_short(
+    ctx: *mut fh_ctx_t,
+    rank: c_int,
+    index: c_uint,
+    args: *const u64,
+    nargs: usize,
+) -> c_int {
     crate::ffi_boundary!(status {
         // SAFETY: validated handle; args holds nargs values (caller contract).
         let c = unsafe { ctx_ref(ctx)? };
@@ -136,7 +157,12 @@ unsafe fn token<'a>(token: *mut Token) -> Result<&'a Token> {
 /// Reply (short) to the request being handled. Only from a request handler, at most
 /// once. Never blocks.
 #[no_mangle]
-pub extern "C" fn fh_am_reply_short(tok: *mut Token, index: c_uint, args: *const u64, nargs: usize) -> c_int {
+pub extern "C" fn fh_am_reply_short(
+    tok: *mut Token,
+    index: c_uint,
+    args: *const u64,
+    nargs: usize,
+) -> c_int {
     crate::ffi_boundary!(status {
         // SAFETY: token validated; args holds nargs (caller contract).
         let t = unsafe { token(tok)? };
@@ -148,7 +174,14 @@ pub extern "C" fn fh_am_reply_short(tok: *mut Token, index: c_uint, args: *const
 
 /// Reply (medium) to the request being handled; `buf` is copied.
 #[no_mangle]
-pub extern "C" fn fh_am_reply_medium(tok: *mut Token, index: c_uint, buf: *const c_void, nbytes: usize, args: *const u64, nargs: usize) -> c_int {
+pub extern "C" fn fh_am_reply_medium(
+    tok: *mut Token,
+    index: c_uint,
+    buf: *const c_void,
+    nbytes: usize,
+    args: *const u64,
+    nargs: usize,
+) -> c_int {
     crate::ffi_boundary!(status {
         // SAFETY: token validated; buf/args hold nbytes/nargs (caller contract).
         let t = unsafe { token(tok)? };

@@ -86,18 +86,39 @@ unsafe fn overrides(cfg: *const fh_config_t) -> Result<Vec<(&'static str, String
     let size = unsafe { std::ptr::read_unaligned(cfg as *const usize) };
     let full = std::mem::size_of::<fh_config_t>();
     if size > full {
-        crate::bail!(Version, "cfg->struct_size is {} but this library's fh_config_t is {} bytes (newer header?)", size, full);
+        crate::bail!(
+            Version,
+            "cfg->struct_size is {} but this library's fh_config_t is {} bytes (newer header?)",
+            size,
+            full
+        );
     }
     if size < std::mem::size_of::<usize>() {
-        crate::bail!(InvalidArg, "cfg->struct_size is {}: initialise cfg with fh_config_init", size);
+        crate::bail!(
+            InvalidArg,
+            "cfg->struct_size is {}: initialise cfg with fh_config_init",
+            size
+        );
     }
     let d = Config::defaults();
     let mut c = to_struct(&d);
     // SAFETY: copy the prefix the caller has (older headers have fewer fields).
-    unsafe { std::ptr::copy_nonoverlapping(cfg as *const u8, &mut c as *mut fh_config_t as *mut u8, size) };
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            cfg as *const u8,
+            &mut c as *mut fh_config_t as *mut u8,
+            size,
+        )
+    };
     let dd = to_struct(&d);
     let mut o: Vec<(&'static str, String)> = Vec::new();
-    let word = |v: c_int, names: &[&str]| names.get(v as usize).filter(|_| v >= 0).map(|s| s.to_string()).unwrap_or_else(|| format!("<invalid value {}>", v));
+    let word = |v: c_int, names: &[&str]| {
+        names
+            .get(v as usize)
+            .filter(|_| v >= 0)
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| format!("<invalid value {}>", v))
+    };
     if c.progress != dd.progress {
         o.push(("FH_PROGRESS", word(c.progress, &["poll", "thread"])));
     }
@@ -123,10 +144,19 @@ unsafe fn overrides(cfg: *const fh_config_t) -> Result<Vec<(&'static str, String
         o.push(("FH_PIN", word(c.pin, &["mlock", "none"])));
     }
     if c.mpi_thread != dd.mpi_thread {
-        o.push(("FH_MPI_THREAD", word(c.mpi_thread, &["single", "funneled", "serialized", "multiple"])));
+        o.push((
+            "FH_MPI_THREAD",
+            word(
+                c.mpi_thread,
+                &["single", "funneled", "serialized", "multiple"],
+            ),
+        ));
     }
     if c.verbose != dd.verbose {
-        o.push(("FH_VERBOSE", (c.verbose != 0).then_some("1").unwrap_or("0").to_string()));
+        o.push((
+            "FH_VERBOSE",
+            if c.verbose != 0 { "1" } else { "0" }.to_string(),
+        ));
     }
     Ok(o)
 }
@@ -136,7 +166,7 @@ unsafe fn overrides(cfg: *const fh_config_t) -> Result<Vec<(&'static str, String
 /// which fails with FH_ERR_INVALID_ARG naming the variable). Thread-safe.
 #[no_mangle]
 pub extern "C" fn fh_config_init(cfg: *mut fh_config_t) {
-    crate::ffi_boundary!(value (), {
+    crate::ffi_boundary!(value(), {
         if cfg.is_null() {
             crate::bail!(InvalidArg, "cfg is NULL");
         }
@@ -167,7 +197,11 @@ fn finish_init(ctx: Result<Context>, ctx_out: *mut *mut fh_ctx_t) -> Result<c_in
 /// Fails with FH_ERR_MPI if the program runs a different MPI than the library was
 /// built for. Call from one thread per context.
 #[no_mangle]
-pub extern "C" fn fh_init_comm_f(comm_f: c_int, cfg: *const fh_config_t, ctx_out: *mut *mut fh_ctx_t) -> c_int {
+pub extern "C" fn fh_init_comm_f(
+    comm_f: c_int,
+    cfg: *const fh_config_t,
+    ctx_out: *mut *mut fh_ctx_t,
+) -> c_int {
     crate::ffi_boundary!(status {
         if ctx_out.is_null() {
             crate::bail!(InvalidArg, "ctx_out is NULL");
@@ -270,4 +304,3 @@ pub extern "C" fn fh_config_print(ctx: *const fh_ctx_t) -> c_int {
         OK
     })
 }
-

@@ -19,7 +19,7 @@ pub extern "C" fn fh_malloc(ctx: *mut fh_ctx_t, nbytes: usize) -> *mut c_void {
 /// allocation of this context is refused (reported by fh_last_error) without effect.
 #[no_mangle]
 pub extern "C" fn fh_free(ctx: *mut fh_ctx_t, ptr: *mut c_void) {
-    crate::ffi_boundary!(value (), {
+    crate::ffi_boundary!(value(), {
         if ptr.is_null() {
             return Ok(());
         }

@@ -4,6 +4,9 @@
 //! message stored for `fh_last_error`. Pointers are checked before use.
 
 #![allow(non_camel_case_types)]
+// C callers pass raw pointers to safe-looking `extern "C"` functions by design (as in
+// rustls-ffi); each dereference is validated and commented where it happens.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use crate::api::Context;
 use crate::runtime::error::{set_last_error, Error, Result, Status};
@@ -12,11 +15,11 @@ use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub mod status;
+pub mod am;
 pub mod init;
 pub mod mem;
 pub mod rma;
-pub mod am;
+pub mod status;
 
 /// Run `f`, turning errors and panics into a status code.
 pub fn guard_status(f: impl FnOnce() -> Result<c_int>) -> c_int {
@@ -53,7 +56,10 @@ fn panic_status(p: Box<dyn std::any::Any + Send>) -> c_int {
         .map(|s| s.to_string())
         .or_else(|| p.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".into());
-    set_last_error(&format!("FH_ERR_INTERNAL: internal panic caught at the C boundary: {}", what));
+    set_last_error(&format!(
+        "FH_ERR_INTERNAL: internal panic caught at the C boundary: {}",
+        what
+    ));
     Status::Internal.code()
 }
 
@@ -99,14 +105,22 @@ impl fh_ctx_t {
 /// `p` must be null or a pointer returned by `fh_init*` (finalized handles are fine).
 pub(crate) unsafe fn ctx_ref<'a>(p: *const fh_ctx_t) -> Result<&'a Context> {
     if p.is_null() {
-        return Err(crate::err!(InvalidArg, "ctx is NULL (create one with fh_init)"));
+        return Err(crate::err!(
+            InvalidArg,
+            "ctx is NULL (create one with fh_init)"
+        ));
     }
     // SAFETY: non-null handles come from fh_init* and are never freed.
     let h = unsafe { &*p };
     match h.magic.load(Ordering::Acquire) {
         CTX_LIVE => {}
         CTX_DEAD => return Err(crate::err!(State, "ctx was finalized")),
-        _ => return Err(crate::err!(InvalidArg, "ctx is not a firehose context (uninitialised or corrupted pointer)")),
+        _ => {
+            return Err(crate::err!(
+                InvalidArg,
+                "ctx is not a firehose context (uninitialised or corrupted pointer)"
+            ))
+        }
     }
     // SAFETY: the Option is only taken by fh_finalize, which the header forbids to
     // run concurrently with other calls on the same context.
@@ -141,7 +155,12 @@ pub(crate) unsafe fn slice<'a, T>(p: *const T, n: usize, what: &str) -> Result<&
         return Ok(&[]);
     }
     if p.is_null() {
-        return Err(crate::err!(InvalidArg, "{} is NULL but its count is {}", what, n));
+        return Err(crate::err!(
+            InvalidArg,
+            "{} is NULL but its count is {}",
+            what,
+            n
+        ));
     }
     // SAFETY: caller contract.
     Ok(unsafe { std::slice::from_raw_parts(p, n) })
@@ -156,7 +175,12 @@ pub(crate) unsafe fn slice_mut<'a, T>(p: *mut T, n: usize, what: &str) -> Result
         return Ok(&mut []);
     }
     if p.is_null() {
-        return Err(crate::err!(InvalidArg, "{} is NULL but its count is {}", what, n));
+        return Err(crate::err!(
+            InvalidArg,
+            "{} is NULL but its count is {}",
+            what,
+            n
+        ));
     }
     // SAFETY: caller contract.
     Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })

@@ -19,7 +19,13 @@ const _: () = assert!(FH_NBI_PUTS == NBI_PUTS && FH_NBI_GETS == NBI_GETS && FH_N
 /// fh_malloc or registered with fh_mem_register (else FH_ERR_ACCESS, decided by the
 /// target). nbytes 0 is a no-op. Thread-safe; not from handlers.
 #[no_mangle]
-pub extern "C" fn fh_put(ctx: *mut fh_ctx_t, rank: c_int, dst: *mut c_void, src: *const c_void, nbytes: usize) -> c_int {
+pub extern "C" fn fh_put(
+    ctx: *mut fh_ctx_t,
+    rank: c_int,
+    dst: *mut c_void,
+    src: *const c_void,
+    nbytes: usize,
+) -> c_int {
     crate::ffi_boundary!(status {
         // SAFETY: validated handle.
         let c = unsafe { ctx_ref(ctx)? };
@@ -31,7 +37,13 @@ pub extern "C" fn fh_put(ctx: *mut fh_ctx_t, rank: c_int, dst: *mut c_void, src:
 /// Copy `nbytes` from `src` in `rank`'s address space to local `dst`; returns when
 /// the data has arrived. Same rules as fh_put.
 #[no_mangle]
-pub extern "C" fn fh_get(ctx: *mut fh_ctx_t, dst: *mut c_void, rank: c_int, src: *const c_void, nbytes: usize) -> c_int {
+pub extern "C" fn fh_get(
+    ctx: *mut fh_ctx_t,
+    dst: *mut c_void,
+    rank: c_int,
+    src: *const c_void,
+    nbytes: usize,
+) -> c_int {
     crate::ffi_boundary!(status {
         // SAFETY: validated handle.
         let c = unsafe { ctx_ref(ctx)? };
@@ -43,7 +55,14 @@ pub extern "C" fn fh_get(ctx: *mut fh_ctx_t, dst: *mut c_void, rank: c_int, src:
 /// Non-blocking put: `src` must not change until the handle is synced (fh_wait,
 /// fh_test, ...). Writes `*h_out` (FH_HANDLE_NULL for nbytes 0). Thread-safe.
 #[no_mangle]
-pub extern "C" fn fh_put_nb(ctx: *mut fh_ctx_t, rank: c_int, dst: *mut c_void, src: *const c_void, nbytes: usize, h_out: *mut fh_handle_t) -> c_int {
+pub extern "C" fn fh_put_nb(
+    ctx: *mut fh_ctx_t,
+    rank: c_int,
+    dst: *mut c_void,
+    src: *const c_void,
+    nbytes: usize,
+    h_out: *mut fh_handle_t,
+) -> c_int {
     crate::ffi_boundary!(status {
         // SAFETY: validated handle.
         let c = unsafe { ctx_ref(ctx)? };
@@ -59,7 +78,14 @@ pub extern "C" fn fh_put_nb(ctx: *mut fh_ctx_t, rank: c_int, dst: *mut c_void, s
 
 /// Non-blocking get: `dst` is valid once the handle is synced. Thread-safe.
 #[no_mangle]
-pub extern "C" fn fh_get_nb(ctx: *mut fh_ctx_t, dst: *mut c_void, rank: c_int, src: *const c_void, nbytes: usize, h_out: *mut fh_handle_t) -> c_int {
+pub extern "C" fn fh_get_nb(
+    ctx: *mut fh_ctx_t,
+    dst: *mut c_void,
+    rank: c_int,
+    src: *const c_void,
+    nbytes: usize,
+    h_out: *mut fh_handle_t,
+) -> c_int {
     crate::ffi_boundary!(status {
         // SAFETY: validated handle.
         let c = unsafe { ctx_ref(ctx)? };
@@ -75,7 +101,13 @@ pub extern "C" fn fh_get_nb(ctx: *mut fh_ctx_t, dst: *mut c_void, rank: c_int, s
 
 /// Implicit-handle put, completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi.
 #[no_mangle]
-pub extern "C" fn fh_put_nbi(ctx: *mut fh_ctx_t, rank: c_int, dst: *mut c_void, src: *const c_void, nbytes: usize) -> c_int {
+pub extern "C" fn fh_put_nbi(
+    ctx: *mut fh_ctx_t,
+    rank: c_int,
+    dst: *mut c_void,
+    src: *const c_void,
+    nbytes: usize,
+) -> c_int {
     crate::ffi_boundary!(status {
         // SAFETY: validated handle.
         let c = unsafe { ctx_ref(ctx)? };
@@ -86,7 +118,13 @@ pub extern "C" fn fh_put_nbi(ctx: *mut fh_ctx_t, rank: c_int, dst: *mut c_void, 
 
 /// Implicit-handle get, completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi.
 #[no_mangle]
-pub extern "C" fn fh_get_nbi(ctx: *mut fh_ctx_t, dst: *mut c_void, rank: c_int, src: *const c_void, nbytes: usize) -> c_int {
+pub extern "C" fn fh_get_nbi(
+    ctx: *mut fh_ctx_t,
+    dst: *mut c_void,
+    rank: c_int,
+    src: *const c_void,
+    nbytes: usize,
+) -> c_int {
     crate::ffi_boundary!(status {
         // SAFETY: validated handle.
         let c = unsafe { ctx_ref(ctx)? };

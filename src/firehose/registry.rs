@@ -93,7 +93,11 @@ impl LocalRegions {
                 r.end - start,
                 end - start
             ),
-            None => bail!(NotPinned, "no region is registered starting at {:#x}", start),
+            None => bail!(
+                NotPinned,
+                "no region is registered starting at {:#x}",
+                start
+            ),
         }
     }
 
@@ -105,20 +109,22 @@ impl LocalRegions {
             .filter(|(_, r)| r.end > start)
             .map(|(&s, _)| s)
             .collect();
-        keys.into_iter().map(|k| (k, m.remove(&k).expect("present"))).collect()
+        keys.into_iter()
+            .map(|k| (k, m.remove(&k).expect("present")))
+            .collect()
     }
 
     /// The region containing `[addr, addr+len)` and, if `holder` is given, record that
     /// rank as a holder. Returns its bounds.
     pub fn lookup(&self, addr: usize, len: usize, holder: Option<usize>) -> Option<(usize, usize)> {
         let end = addr.checked_add(len)?;
-        if holder.is_some() {
+        if let Some(h) = holder {
             let mut m = self.map.write();
             let (&s, r) = m.range_mut(..=addr).next_back()?;
             if end > r.end {
                 return None;
             }
-            r.add_holder(holder.expect("checked"));
+            r.add_holder(h);
             return Some((s, r.end));
         }
         let m = self.map.read();
@@ -144,7 +150,12 @@ impl LocalRegions {
 }
 
 /// True if `[addr, addr+len)` lies within one range of `map` (start -> end).
-pub fn covered<V>(map: &BTreeMap<usize, V>, addr: usize, len: usize, end_of: impl Fn(&V) -> usize) -> bool {
+pub fn covered<V>(
+    map: &BTreeMap<usize, V>,
+    addr: usize,
+    len: usize,
+    end_of: impl Fn(&V) -> usize,
+) -> bool {
     let Some(end) = addr.checked_add(len) else {
         return false;
     };
@@ -166,7 +177,12 @@ impl RemoteCache {
     }
 
     /// Read guard on `rank`'s table if it covers the range (a hit), else `None`.
-    pub fn hit(&self, rank: usize, addr: usize, len: usize) -> Option<RwLockReadGuard<'_, BTreeMap<usize, usize>>> {
+    pub fn hit(
+        &self,
+        rank: usize,
+        addr: usize,
+        len: usize,
+    ) -> Option<RwLockReadGuard<'_, BTreeMap<usize, usize>>> {
         let g = self.per_rank[rank].read();
         covered(&g, addr, len, |e| *e).then_some(g)
     }
@@ -174,18 +190,29 @@ impl RemoteCache {
     pub fn insert(&self, rank: usize, start: usize, end: usize) {
         let mut m = self.per_rank[rank].write();
         // Drop stale overlapping entries (the target's answer is authoritative).
-        let stale: Vec<usize> = m.range(..end).filter(|(_, &e)| e > start).map(|(&s, _)| s).collect();
+        let stale: Vec<usize> = m
+            .range(..end)
+            .filter(|(_, &e)| e > start)
+            .map(|(&s, _)| s)
+            .collect();
         for s in stale {
             m.remove(&s);
         }
         m.insert(start, end);
-        debug_assert!(m.iter().zip(m.iter().skip(1)).all(|(a, b)| a.1 <= b.0), "cache entries overlap");
+        debug_assert!(
+            m.iter().zip(m.iter().skip(1)).all(|(a, b)| a.1 <= b.0),
+            "cache entries overlap"
+        );
     }
 
     /// Forget every entry of `rank` overlapping `[start, end)`; returns how many.
     pub fn invalidate(&self, rank: usize, start: usize, end: usize) -> usize {
         let mut m = self.per_rank[rank].write();
-        let stale: Vec<usize> = m.range(..end).filter(|(_, &e)| e > start).map(|(&s, _)| s).collect();
+        let stale: Vec<usize> = m
+            .range(..end)
+            .filter(|(_, &e)| e > start)
+            .map(|(&s, _)| s)
+            .collect();
         for s in &stale {
             m.remove(s);
         }
@@ -205,7 +232,11 @@ mod tests {
         assert!(r.insert(500, 1001, false).is_err());
         r.insert(2000, 3000, false).unwrap();
         assert_eq!(r.lookup(1200, 100, Some(129)), Some((1000, 2000)));
-        assert_eq!(r.lookup(1900, 200, None), None, "spanning two regions is not covered");
+        assert_eq!(
+            r.lookup(1900, 200, None),
+            None,
+            "spanning two regions is not covered"
+        );
         assert!(r.remove_exact(1000, 1500).is_err());
         let reg = r.remove_exact(1000, 2000).unwrap();
         assert_eq!(reg.holder_ranks(), vec![129]);

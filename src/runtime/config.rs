@@ -261,15 +261,29 @@ impl Config {
         for (name, value) in overrides {
             let i = setting_index(name)
                 .ok_or_else(|| err!(Internal, "unknown setting {} in overrides", name))?;
-            (SETTINGS[i].set)(&mut c, value)
-                .map_err(|e| err!(InvalidArg, "fh_config_t field for {}={:?}: {}", name, value, e.msg))?;
+            (SETTINGS[i].set)(&mut c, value).map_err(|e| {
+                err!(
+                    InvalidArg,
+                    "fh_config_t field for {}={:?}: {}",
+                    name,
+                    value,
+                    e.msg
+                )
+            })?;
             c.sources[i] = Source::Struct;
         }
         for (i, s) in SETTINGS.iter().enumerate() {
             if let Some(v) = env(s.name) {
                 let v = v.trim().to_string();
-                (s.set)(&mut c, &v)
-                    .map_err(|e| err!(InvalidArg, "environment variable {}={:?}: {}", s.name, v, e.msg))?;
+                (s.set)(&mut c, &v).map_err(|e| {
+                    err!(
+                        InvalidArg,
+                        "environment variable {}={:?}: {}",
+                        s.name,
+                        v,
+                        e.msg
+                    )
+                })?;
                 c.sources[i] = Source::Env;
             }
         }
@@ -386,7 +400,11 @@ mod tests {
         assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
         assert_eq!(parse_size(" 1T ").unwrap(), 1 << 40);
         for bad in ["", "M", "12Q", "-1", "1.5G", "99999999999999999999"] {
-            assert_eq!(parse_size(bad).unwrap_err().status, Status::InvalidArg, "{bad}");
+            assert_eq!(
+                parse_size(bad).unwrap_err().status,
+                Status::InvalidArg,
+                "{bad}"
+            );
         }
         assert_eq!(show_size(32 << 20), "32M");
         assert_eq!(show_size(1000), "1000");
@@ -398,18 +416,31 @@ mod tests {
         assert_eq!(d.progress, Progress::Poll);
         assert!(d.sources.iter().all(|s| *s == Source::Default));
 
-        let over = [("FH_HEAP_SIZE", "8M".to_string()), ("FH_AM_CREDITS", "4".to_string())];
-        let c = Config::resolve(&over, |n| (n == "FH_AM_CREDITS").then(|| "7".to_string())).unwrap();
+        let over = [
+            ("FH_HEAP_SIZE", "8M".to_string()),
+            ("FH_AM_CREDITS", "4".to_string()),
+        ];
+        let c =
+            Config::resolve(&over, |n| (n == "FH_AM_CREDITS").then(|| "7".to_string())).unwrap();
         assert_eq!(c.heap_size, 8 << 20);
-        assert_eq!(c.sources[setting_index("FH_HEAP_SIZE").unwrap()], Source::Struct);
+        assert_eq!(
+            c.sources[setting_index("FH_HEAP_SIZE").unwrap()],
+            Source::Struct
+        );
         assert_eq!(c.am_credits, 7, "environment wins over the struct");
-        assert_eq!(c.sources[setting_index("FH_AM_CREDITS").unwrap()], Source::Env);
-        assert!(c.render().contains("FH_AM_CREDITS            = 7          (environment)"));
+        assert_eq!(
+            c.sources[setting_index("FH_AM_CREDITS").unwrap()],
+            Source::Env
+        );
+        assert!(c
+            .render()
+            .contains("FH_AM_CREDITS            = 7          (environment)"));
     }
 
     #[test]
     fn bad_environment_values_name_the_variable() {
-        let e = Config::resolve(&[], |n| (n == "FH_PROGRESS").then(|| "sometimes".into())).unwrap_err();
+        let e =
+            Config::resolve(&[], |n| (n == "FH_PROGRESS").then(|| "sometimes".into())).unwrap_err();
         assert_eq!(e.status, Status::InvalidArg);
         assert!(e.msg.contains("FH_PROGRESS"), "{}", e.msg);
         let e = Config::resolve(&[], |n| (n == "FH_HEAP_SIZE").then(|| "lots".into())).unwrap_err();

@@ -65,10 +65,16 @@ impl Status {
             Status::InvalidArg => "FH_ERR_INVALID_ARG: invalid argument\0",
             Status::BadRank => "FH_ERR_BAD_RANK: rank out of range for this context\0",
             Status::NoMemory => "FH_ERR_NO_MEMORY: out of memory\0",
-            Status::NoResource => "FH_ERR_NO_RESOURCE: resource limit reached (pinned memory, buffers)\0",
-            Status::Access => "FH_ERR_ACCESS: remote address not accessible (not registered or not mapped)\0",
+            Status::NoResource => {
+                "FH_ERR_NO_RESOURCE: resource limit reached (pinned memory, buffers)\0"
+            }
+            Status::Access => {
+                "FH_ERR_ACCESS: remote address not accessible (not registered or not mapped)\0"
+            }
             Status::NotPinned => "FH_ERR_NOT_PINNED: range is not pinned/registered\0",
-            Status::BarrierMismatch => "FH_ERR_BARRIER_MISMATCH: barrier ids differ between ranks\0",
+            Status::BarrierMismatch => {
+                "FH_ERR_BARRIER_MISMATCH: barrier ids differ between ranks\0"
+            }
             Status::State => "FH_ERR_STATE: call not allowed in the current state\0",
             Status::Mpi => "FH_ERR_MPI: MPI call failed\0",
             Status::Transport => "FH_ERR_TRANSPORT: transport (conduit) failure\0",

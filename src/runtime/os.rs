@@ -50,7 +50,8 @@ pub fn is_mapped(addr: usize, len: usize) -> bool {
         let a = start + done * page_size();
         // SAFETY: mincore only reads page-table state for [a, a + n pages) and writes
         // n bytes into `vec`, which holds at least n bytes. It never dereferences `a`.
-        let rc = unsafe { libc::mincore(a as *mut libc::c_void, n * page_size(), vec.as_mut_ptr()) };
+        let rc =
+            unsafe { libc::mincore(a as *mut libc::c_void, n * page_size(), vec.as_mut_ptr()) };
         if rc != 0 {
             return false;
         }
@@ -177,7 +178,10 @@ mod tests {
         let a = m.addr();
         let l = m.len();
         drop(m);
-        assert!(!is_mapped(a, l), "an unmapped range must be reported as such");
+        assert!(
+            !is_mapped(a, l),
+            "an unmapped range must be reported as such"
+        );
     }
 
     #[test]

@@ -20,10 +20,10 @@
 pub mod boot;
 
 use super::{Caps, Conduit, LongIn, LongSrc, SendId, Sink};
+use crate::bail;
 use crate::runtime::config::{Config, Pin, ThreadLevel};
 use crate::runtime::error::Result;
 use crate::runtime::os::{self, Mapping};
-use crate::bail;
 use boot::check;
 use mpi::ffi;
 use parking_lot::{Mutex, ReentrantMutex, ReentrantMutexGuard};
@@ -123,23 +123,36 @@ impl MpiConduit {
                 bail!(InvalidArg, "communicator is MPI_COMM_NULL");
             }
             let mut am_comm: ffi::MPI_Comm = std::mem::zeroed();
-            check(ffi::MPI_Comm_dup(comm, &mut am_comm), || "MPI_Comm_dup".into())?;
+            check(ffi::MPI_Comm_dup(comm, &mut am_comm), || {
+                "MPI_Comm_dup".into()
+            })?;
             let mut rma_comm: ffi::MPI_Comm = std::mem::zeroed();
-            check(ffi::MPI_Comm_dup(comm, &mut rma_comm), || "MPI_Comm_dup".into())?;
+            check(ffi::MPI_Comm_dup(comm, &mut rma_comm), || {
+                "MPI_Comm_dup".into()
+            })?;
             for c in [am_comm, rma_comm] {
-                check(ffi::MPI_Comm_set_errhandler(c, ffi::RSMPI_ERRORS_RETURN), || {
-                    "MPI_Comm_set_errhandler".into()
-                })?;
+                check(
+                    ffi::MPI_Comm_set_errhandler(c, ffi::RSMPI_ERRORS_RETURN),
+                    || "MPI_Comm_set_errhandler".into(),
+                )?;
             }
             let (mut r, mut s) = (0, 0);
-            check(ffi::MPI_Comm_rank(am_comm, &mut r), || "MPI_Comm_rank".into())?;
-            check(ffi::MPI_Comm_size(am_comm, &mut s), || "MPI_Comm_size".into())?;
+            check(ffi::MPI_Comm_rank(am_comm, &mut r), || {
+                "MPI_Comm_rank".into()
+            })?;
+            check(ffi::MPI_Comm_size(am_comm, &mut s), || {
+                "MPI_Comm_size".into()
+            })?;
             let (rank, size) = (r as usize, s as usize);
 
             let heap = Mapping::new(cfg.heap_size)?;
             let heap_locked = cfg.pin == Pin::Mlock && os::mlock(heap.addr(), heap.len()).is_ok();
             if cfg.pin == Pin::Mlock && !heap_locked && cfg.verbose {
-                eprintln!("firehose[{}]: could not mlock the {}-byte heap; continuing unlocked", rank, heap.len());
+                eprintln!(
+                    "firehose[{}]: could not mlock the {}-byte heap; continuing unlocked",
+                    rank,
+                    heap.len()
+                );
             }
 
             let mut heap_win: ffi::MPI_Win = std::mem::zeroed();
@@ -160,12 +173,14 @@ impl MpiConduit {
                 || "MPI_Win_create_dynamic".into(),
             )?;
             for w in [heap_win, dyn_win] {
-                check(ffi::MPI_Win_set_errhandler(w, ffi::RSMPI_ERRORS_RETURN), || {
-                    "MPI_Win_set_errhandler".into()
-                })?;
-                check(ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, w), || {
-                    "MPI_Win_lock_all".into()
-                })?;
+                check(
+                    ffi::MPI_Win_set_errhandler(w, ffi::RSMPI_ERRORS_RETURN),
+                    || "MPI_Win_set_errhandler".into(),
+                )?;
+                check(
+                    ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, w),
+                    || "MPI_Win_lock_all".into(),
+                )?;
             }
 
             let mine = [heap.addr() as u64, heap.len() as u64];
@@ -182,7 +197,10 @@ impl MpiConduit {
                 ),
                 || "MPI_Allgather (heap addresses)".into(),
             )?;
-            let remote_heaps = all.chunks(2).map(|c| (c[0] as usize, c[1] as usize)).collect();
+            let remote_heaps = all
+                .chunks(2)
+                .map(|c| (c[0] as usize, c[1] as usize))
+                .collect();
 
             let n = cfg.am_recv_buffers;
             let recv = RecvState {
@@ -262,7 +280,15 @@ impl MpiConduit {
         // SAFETY: bufs[i] stays allocated and untouched while reqs[i] is active
         // (Recv invariant); the request slot is ours.
         let rc = unsafe {
-            ffi::MPI_Irecv(buf, len, u8t(), ffi::RSMPI_ANY_SOURCE, TAG_AM, self.am_comm.0, &mut rv.reqs[i])
+            ffi::MPI_Irecv(
+                buf,
+                len,
+                u8t(),
+                ffi::RSMPI_ANY_SOURCE,
+                TAG_AM,
+                self.am_comm.0,
+                &mut rv.reqs[i],
+            )
         };
         check(rc, || "MPI_Irecv (AM receive buffer)".into())
     }
@@ -271,7 +297,10 @@ impl MpiConduit {
     #[inline]
     fn resolve(&self, rank: usize, raddr: usize, len: usize) -> (ffi::MPI_Win, ffi::MPI_Aint, u8) {
         let (base, hlen) = self.remote_heaps[rank];
-        if raddr >= base && raddr.wrapping_add(len) <= base + hlen && raddr.checked_add(len).is_some() {
+        if raddr >= base
+            && raddr.wrapping_add(len) <= base + hlen
+            && raddr.checked_add(len).is_some()
+        {
             (self.heap_win.0, (raddr - base) as ffi::MPI_Aint, WIN_HEAP)
         } else {
             (self.dyn_win.0, raddr as ffi::MPI_Aint, WIN_DYN)
@@ -280,7 +309,12 @@ impl MpiConduit {
 
     fn check_rank(&self, rank: usize) -> Result<()> {
         if rank >= self.size {
-            bail!(BadRank, "rank {} out of range (communicator size {})", rank, self.size);
+            bail!(
+                BadRank,
+                "rank {} out of range (communicator size {})",
+                rank,
+                self.size
+            );
         }
         Ok(())
     }
@@ -295,7 +329,13 @@ impl MpiConduit {
         let mut idx = vec![0 as c_int; n];
         // SAFETY: reqs holds n requests; idx has room for n indices; statuses ignored.
         let rc = unsafe {
-            ffi::MPI_Testsome(n as c_int, s.reqs.as_mut_ptr(), &mut out, idx.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE)
+            ffi::MPI_Testsome(
+                n as c_int,
+                s.reqs.as_mut_ptr(),
+                &mut out,
+                idx.as_mut_ptr(),
+                ffi::RSMPI_STATUSES_IGNORE,
+            )
         };
         check(rc, || "MPI_Testsome (AM sends)".into())?;
         if out > 0 && out as usize <= n {
@@ -324,10 +364,20 @@ impl MpiLong<'_> {
         // SAFETY: dst is writable for len bytes (caller's contract); len fits an int
         // (bounded by FH_AM_MAX_LONG <= i32::MAX, checked when the frame was parsed).
         let rc = unsafe {
-            ffi::MPI_Recv(dst as *mut c_void, self.len as c_int, u8t(), self.src as c_int, self.tag, self.c.am_comm.0, &mut st)
+            ffi::MPI_Recv(
+                dst as *mut c_void,
+                self.len as c_int,
+                u8t(),
+                self.src as c_int,
+                self.tag,
+                self.c.am_comm.0,
+                &mut st,
+            )
         };
         self.done = true;
-        check(rc, || format!("MPI_Recv (long AM payload from rank {})", self.src))
+        check(rc, || {
+            format!("MPI_Recv (long AM payload from rank {})", self.src)
+        })
     }
 }
 
@@ -364,7 +414,9 @@ impl Conduit for MpiConduit {
         self.live()?;
         let _s = self.serial();
         // SAFETY: attaching local memory the caller owns; MPI only records the range.
-        let rc = unsafe { ffi::MPI_Win_attach(self.dyn_win.0, addr as *mut c_void, len as ffi::MPI_Aint) };
+        let rc = unsafe {
+            ffi::MPI_Win_attach(self.dyn_win.0, addr as *mut c_void, len as ffi::MPI_Aint)
+        };
         check(rc, || format!("MPI_Win_attach({:#x}, {})", addr, len))
     }
 
@@ -397,7 +449,14 @@ impl Conduit for MpiConduit {
                     win,
                 )
             };
-            check(rc, || format!("MPI_Put of {} bytes to rank {} at {:#x}", n, rank, raddr + off))?;
+            check(rc, || {
+                format!(
+                    "MPI_Put of {} bytes to rank {} at {:#x}",
+                    n,
+                    rank,
+                    raddr + off
+                )
+            })?;
             off += n;
         }
         self.used[rank].fetch_or(bit, Ordering::Relaxed);
@@ -424,7 +483,14 @@ impl Conduit for MpiConduit {
                     win,
                 )
             };
-            check(rc, || format!("MPI_Get of {} bytes from rank {} at {:#x}", n, rank, raddr + off))?;
+            check(rc, || {
+                format!(
+                    "MPI_Get of {} bytes from rank {} at {:#x}",
+                    n,
+                    rank,
+                    raddr + off
+                )
+            })?;
             off += n;
         }
         self.used[rank].fetch_or(bit, Ordering::Relaxed);
@@ -455,11 +521,21 @@ impl Conduit for MpiConduit {
         Ok(())
     }
 
-    fn am_send(&self, dest: usize, frame: Vec<u8>, long: Option<LongSrc>) -> Result<Option<SendId>> {
+    fn am_send(
+        &self,
+        dest: usize,
+        frame: Vec<u8>,
+        long: Option<LongSrc>,
+    ) -> Result<Option<SendId>> {
         self.live()?;
         self.check_rank(dest)?;
         if frame.len() > self.caps.max_frame {
-            bail!(Internal, "frame of {} bytes exceeds the {}-byte AM buffers", frame.len(), self.caps.max_frame);
+            bail!(
+                Internal,
+                "frame of {} bytes exceeds the {}-byte AM buffers",
+                frame.len(),
+                self.caps.max_frame
+            );
         }
         let _s = self.serial();
         let mut s = self.send.lock();
@@ -470,7 +546,12 @@ impl Conduit for MpiConduit {
                     LongSrc::Owned(v) => v.len(),
                 };
                 if len > self.max_long {
-                    bail!(InvalidArg, "long payload of {} bytes exceeds FH_AM_MAX_LONG {}", len, self.max_long);
+                    bail!(
+                        InvalidArg,
+                        "long payload of {} bytes exceeds FH_AM_MAX_LONG {}",
+                        len,
+                        self.max_long
+                    );
                 }
                 let seq = s.long_seq[dest];
                 s.long_seq[dest] = seq.wrapping_add(1);
@@ -488,7 +569,15 @@ impl Conduit for MpiConduit {
         // SAFETY: msg is moved into `keep` below and stays alive until the request
         // completes (progress_sends drops both together).
         let rc = unsafe {
-            ffi::MPI_Isend(msg.as_ptr() as *const c_void, msg.len() as c_int, u8t(), dest as c_int, TAG_AM, self.am_comm.0, &mut req)
+            ffi::MPI_Isend(
+                msg.as_ptr() as *const c_void,
+                msg.len() as c_int,
+                u8t(),
+                dest as c_int,
+                TAG_AM,
+                self.am_comm.0,
+                &mut req,
+            )
         };
         check(rc, || format!("MPI_Isend (AM frame to rank {})", dest))?;
         s.reqs.push(req);
@@ -503,9 +592,22 @@ impl Conduit for MpiConduit {
             // SAFETY: a borrowed payload stays valid until send_done reports the
             // request complete (caller's contract); an owned one lives in `keep`.
             let rc = unsafe {
-                ffi::MPI_Isend(ptr as *const c_void, long_len as c_int, u8t(), dest as c_int, tag as c_int, self.am_comm.0, &mut req)
+                ffi::MPI_Isend(
+                    ptr as *const c_void,
+                    long_len as c_int,
+                    u8t(),
+                    dest as c_int,
+                    tag as c_int,
+                    self.am_comm.0,
+                    &mut req,
+                )
             };
-            check(rc, || format!("MPI_Isend (long AM payload of {} bytes to rank {})", long_len, dest))?;
+            check(rc, || {
+                format!(
+                    "MPI_Isend (long AM payload of {} bytes to rank {})",
+                    long_len, dest
+                )
+            })?;
             match owned {
                 Some(v) => {
                     s.reqs.push(req);
@@ -552,7 +654,13 @@ impl Conduit for MpiConduit {
         let mut out: c_int = 0;
         // SAFETY: reqs, indices and statuses each hold n entries.
         let rc = unsafe {
-            ffi::MPI_Testsome(n as c_int, rv.reqs.as_mut_ptr(), &mut out, rv.indices.as_mut_ptr(), rv.statuses.as_mut_ptr())
+            ffi::MPI_Testsome(
+                n as c_int,
+                rv.reqs.as_mut_ptr(),
+                &mut out,
+                rv.indices.as_mut_ptr(),
+                rv.statuses.as_mut_ptr(),
+            )
         };
         check(rc, || "MPI_Testsome (AM receives)".into())?;
         if out <= 0 || out as usize > n {
@@ -568,18 +676,24 @@ impl Conduit for MpiConduit {
             unsafe { ffi::MPI_Get_count(&st, u8t(), &mut count) };
             let count = (count.max(0) as usize).min(rv.bufs[i].len());
             let buf = &mut rv.bufs[i][..count];
-            let ok = count >= PREFIX && u16::from_le_bytes([buf[0], buf[1]]) == MAGIC && src < self.size;
+            let ok =
+                count >= PREFIX && u16::from_le_bytes([buf[0], buf[1]]) == MAGIC && src < self.size;
             if !ok {
                 self.malformed_frames.fetch_add(1, Ordering::Relaxed);
                 if self.verbose {
-                    eprintln!("firehose[{}]: dropped a malformed {}-byte AM frame from rank {}", self.rank, count, src);
+                    eprintln!(
+                        "firehose[{}]: dropped a malformed {}-byte AM frame from rank {}",
+                        self.rank, count, src
+                    );
                 }
             } else {
                 let flags = u16::from_le_bytes([buf[2], buf[3]]);
                 let tag = u32::from_le_bytes(buf[4..8].try_into().unwrap());
                 let llen = u64::from_le_bytes(buf[8..16].try_into().unwrap()) as usize;
                 if flags & FLAG_LONG != 0 {
-                    if llen > self.max_long || !(LONG_TAG_BASE..LONG_TAG_BASE + LONG_TAG_SPAN).contains(&tag) {
+                    if llen > self.max_long
+                        || !(LONG_TAG_BASE..LONG_TAG_BASE + LONG_TAG_SPAN).contains(&tag)
+                    {
                         // Cannot know what to drain: refuse the frame.
                         self.malformed_frames.fetch_add(1, Ordering::Relaxed);
                     } else {
@@ -623,7 +737,15 @@ impl Conduit for MpiConduit {
         let mut all = vec![0u64; self.size];
         // SAFETY: 8 bytes in, 8*size bytes out.
         let rc = unsafe {
-            ffi::MPI_Allgather(&x as *const u64 as *const c_void, 8, u8t(), all.as_mut_ptr() as *mut c_void, 8, u8t(), self.rma_comm.0)
+            ffi::MPI_Allgather(
+                &x as *const u64 as *const c_void,
+                8,
+                u8t(),
+                all.as_mut_ptr() as *mut c_void,
+                8,
+                u8t(),
+                self.rma_comm.0,
+            )
         };
         check(rc, || "MPI_Allgather".into())?;
         Ok(all)
@@ -637,7 +759,10 @@ impl Conduit for MpiConduit {
         }
         let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
         // SAFETY: the request is stored until it completes.
-        check(unsafe { ffi::MPI_Ibarrier(self.am_comm.0, &mut req) }, || "MPI_Ibarrier".into())?;
+        check(
+            unsafe { ffi::MPI_Ibarrier(self.am_comm.0, &mut req) },
+            || "MPI_Ibarrier".into(),
+        )?;
         *b = Some(H(req));
         Ok(())
     }
@@ -650,7 +775,10 @@ impl Conduit for MpiConduit {
         };
         let mut flag: c_int = 0;
         // SAFETY: testing the request we own.
-        check(unsafe { ffi::MPI_Test(&mut req.0, &mut flag, ffi::RSMPI_STATUS_IGNORE) }, || "MPI_Test (barrier)".into())?;
+        check(
+            unsafe { ffi::MPI_Test(&mut req.0, &mut flag, ffi::RSMPI_STATUS_IGNORE) },
+            || "MPI_Test (barrier)".into(),
+        )?;
         if flag != 0 {
             *b = None;
         }
@@ -697,7 +825,9 @@ impl Conduit for MpiConduit {
                 ffi::MPI_Wait(&mut r, ffi::RSMPI_STATUS_IGNORE);
             }
             for w in [self.heap_win, self.dyn_win] {
-                note(check(ffi::MPI_Win_unlock_all(w.0), || "MPI_Win_unlock_all".into()));
+                note(check(ffi::MPI_Win_unlock_all(w.0), || {
+                    "MPI_Win_unlock_all".into()
+                }));
                 let mut w = w.0;
                 note(check(ffi::MPI_Win_free(&mut w), || "MPI_Win_free".into()));
             }
@@ -735,4 +865,3 @@ pub fn describe_level(l: ThreadLevel) -> &'static str {
         ThreadLevel::Multiple => "MPI_THREAD_MULTIPLE",
     }
 }
-
