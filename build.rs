@@ -8,8 +8,17 @@ fn main() {
     let (vendor, libs) = match build_probe_mpi::probe() {
         Ok(lib) => {
             let names = lib.libs.join(" ");
-            let paths: Vec<String> = lib.lib_paths.iter().map(|p| p.display().to_string()).collect();
-            let all = format!("{} {} {}", names, paths.join(" "), lib.mpicc.clone().unwrap_or_default());
+            let paths: Vec<String> = lib
+                .lib_paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            let all = format!(
+                "{} {} {}",
+                names,
+                paths.join(" "),
+                lib.mpicc.clone().unwrap_or_default()
+            );
             let vendor = if all.contains("mpich") {
                 "mpich"
             } else if all.contains("openmpi") || lib.libs.iter().any(|l| l == "mpi") {
@@ -26,5 +35,8 @@ fn main() {
     println!("cargo:rustc-env=FH_MPI_VENDOR={}", vendor);
     println!("cargo:rustc-env=FH_MPI_LIBS={}", libs);
     let major = std::env::var("CARGO_PKG_VERSION_MAJOR").unwrap();
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libfirehose.so.{}", major);
+    println!(
+        "cargo:rustc-cdylib-link-arg=-Wl,-soname,libfirehose.so.{}",
+        major
+    );
 }
