@@ -42,7 +42,7 @@ EXAMPLES := $(patsubst mpi-examples/%.c,$(BUILD)/examples/%,$(wildcard mpi-examp
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
 .PHONY: all deps lib header check-header fortran examples c-tests test test-rust \
-        test-c test-c-mpich test-fortran test-pkgconfig test-dlopen lint demo bench \
+        test-c test-c-mpich test-fortran test-pkgconfig test-dlopen test-mismatch lint demo bench \
         install uninstall clean
 
 all: lib fortran
@@ -114,7 +114,16 @@ test-dlopen: lib
 	$(MPICC) $(CFLAGS) -Iinclude tests/dlopen/dlopen_consumer.c -o $(BUILD)/dlopen_consumer -ldl
 	timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 2 $(BUILD)/dlopen_consumer $(LIBDIR)/libfirehose.so
 
-test: deps lint test-rust check-header lib test-c test-c-mpich test-fortran test-pkgconfig test-dlopen
+# A program built for Open MPI linked to a library built for MPICH must get a clear
+# FH_ERR_MPI from fh_init, not a crash.
+test-mismatch:
+	$(MAKE) MPI=mpich lib
+	@mkdir -p build
+	mpicc.openmpi $(CFLAGS) -Iinclude tests/mismatch/mismatch.c -o build/mismatch \
+	  -L$(CURDIR)/target/mpich/release -Wl,-rpath,$(CURDIR)/target/mpich/release -lfirehose
+	timeout 60 mpirun.openmpi -np 1 build/mismatch
+
+test: deps lint test-rust check-header lib test-c test-c-mpich test-fortran test-pkgconfig test-dlopen test-mismatch
 	@echo "make test: all suites passed"
 
 demo: lib $(BUILD)/examples/demo
