@@ -32,7 +32,10 @@ static int fh_test_rank = -1;
 #define CHECK_OK(call) CHECK_RC(call, FH_OK)
 #define CHECK(cond, ...)                                                       \
   do {                                                                         \
-    if (!(cond)) FAILF("check '%s' failed: " __VA_ARGS__, #cond);               \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "[rank %d] check '%s' failed\n", fh_test_rank, #cond);   \
+      FAILF(__VA_ARGS__);                                                      \
+    }                                                                          \
   } while (0)
 
 /* Exchange one pointer per rank. */
