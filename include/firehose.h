@@ -388,8 +388,9 @@ void fh_free(struct fh_ctx_t *ctx, void *ptr);
  * Make `[addr, addr+len)` of this rank remotely accessible (registered with the
  * conduit and, with FH_PIN=mlock, locked in RAM) until fh_mem_unregister. The range
  * must be mapped and must not overlap another registration or the library heap.
- * Errors: FH_ERR_INVALID_ARG, FH_ERR_ACCESS (not mapped), FH_ERR_NO_RESOURCE (mlock
- * limit). Thread-safe; not from handlers.
+ * If mlock fails (RLIMIT_MEMLOCK) the range is registered without locking.
+ * Errors: FH_ERR_INVALID_ARG, FH_ERR_ACCESS (not mapped), FH_ERR_MPI (attach
+ * failed). Thread-safe; not from handlers.
  */
 int fh_mem_register(struct fh_ctx_t *ctx, void *addr, size_t len);
 

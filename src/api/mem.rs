@@ -82,11 +82,24 @@ impl CtxInner {
                 e
             );
         }
-        let locked = self.cfg.pin == Pin::Mlock;
         let (ps, pl) = os::page_span(addr, len);
-        if locked {
-            os::mlock(ps, pl)?;
-        }
+        // mlock is the physical resource RLIMIT_MEMLOCK bounds. This conduit does not
+        // need it for correctness, so running out degrades (registered, not locked;
+        // counted and reported with FH_VERBOSE) instead of failing the call.
+        let locked = self.cfg.pin == Pin::Mlock
+            && match os::mlock(ps, pl) {
+                Ok(()) => true,
+                Err(e) => {
+                    Stats::add(&self.stats.mlock_failures, 1);
+                    if self.cfg.verbose {
+                        eprintln!(
+                            "firehose[{}]: registering without locking: {}",
+                            self.rank, e.msg
+                        );
+                    }
+                    false
+                }
+            };
         if let Err(e) = self.conduit.register(addr, len) {
             if locked {
                 os::munlock(ps, pl);

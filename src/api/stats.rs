@@ -35,6 +35,7 @@ counters!(
     access_refused,
     invalidations_sent,
     invalidations_handled,
+    mlock_failures,
 );
 
 impl Stats {

@@ -32,8 +32,9 @@ pub extern "C" fn fh_free(ctx: *mut fh_ctx_t, ptr: *mut c_void) {
 /// Make `[addr, addr+len)` of this rank remotely accessible (registered with the
 /// conduit and, with FH_PIN=mlock, locked in RAM) until fh_mem_unregister. The range
 /// must be mapped and must not overlap another registration or the library heap.
-/// Errors: FH_ERR_INVALID_ARG, FH_ERR_ACCESS (not mapped), FH_ERR_NO_RESOURCE (mlock
-/// limit). Thread-safe; not from handlers.
+/// If mlock fails (RLIMIT_MEMLOCK) the range is registered without locking.
+/// Errors: FH_ERR_INVALID_ARG, FH_ERR_ACCESS (not mapped), FH_ERR_MPI (attach
+/// failed). Thread-safe; not from handlers.
 #[no_mangle]
 pub extern "C" fn fh_mem_register(ctx: *mut fh_ctx_t, addr: *mut c_void, len: usize) -> c_int {
     crate::ffi_boundary!(status {
