@@ -119,8 +119,20 @@ impl MpiConduit {
         // SAFETY (whole block): plain MPI calls on handles we created or were given;
         // every out-pointer refers to a local of the right type.
         unsafe {
-            if comm == ffi::RSMPI_COMM_NULL {
-                bail!(InvalidArg, "communicator is MPI_COMM_NULL");
+            if comm == ffi::RSMPI_COMM_NULL || comm == std::mem::zeroed::<ffi::MPI_Comm>() {
+                bail!(InvalidArg, "communicator is MPI_COMM_NULL or not a valid handle");
+            }
+            // Validate the handle with errors returned: MPI raises errors about an
+            // invalid communicator on MPI_COMM_WORLD, whose handler is usually fatal.
+            let mut old: ffi::MPI_Errhandler = std::mem::zeroed();
+            ffi::MPI_Comm_get_errhandler(ffi::RSMPI_COMM_WORLD, &mut old);
+            ffi::MPI_Comm_set_errhandler(ffi::RSMPI_COMM_WORLD, ffi::RSMPI_ERRORS_RETURN);
+            let mut probe: c_int = 0;
+            let rc = ffi::MPI_Comm_size(comm, &mut probe);
+            ffi::MPI_Comm_set_errhandler(ffi::RSMPI_COMM_WORLD, old);
+            ffi::MPI_Errhandler_free(&mut old);
+            if rc != ffi::MPI_SUCCESS as c_int {
+                bail!(InvalidArg, "the communicator handle is not valid: {}", boot::error_string(rc));
             }
             let mut am_comm: ffi::MPI_Comm = std::mem::zeroed();
             check(ffi::MPI_Comm_dup(comm, &mut am_comm), || {
