@@ -24,11 +24,14 @@
 static int me = -1, nranks = 0;
 static long checks = 0; /* checks passed on this rank */
 
+/* One "[rank r] ..." line, written with a single call so lines of different
+ * ranks never interleave mid-line. */
 #define SAY(...)                                                               \
   do {                                                                         \
-    printf("[rank %d] ", me);                                                  \
-    printf(__VA_ARGS__);                                                       \
-    printf("\n");                                                              \
+    char l_[512];                                                              \
+    int o_ = snprintf(l_, sizeof l_, "[rank %d] ", me);                        \
+    snprintf(l_ + o_, sizeof l_ - (size_t)o_, __VA_ARGS__);                    \
+    printf("%s\n", l_);                                                        \
     fflush(stdout);                                                            \
   } while (0)
 
