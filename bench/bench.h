@@ -89,12 +89,13 @@ static inline double samples_mean(const samples_t *s) {
 /* Progress lines go to stderr (rank 0 only) so stdout stays a clean report. */
 static inline void bench_progress(const char *fmt, ...) {
   if (bench_rank != 0) return;
+  char line[512] = "  .. ";
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "  .. ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
+  vsnprintf(line + 5, sizeof line - 6, fmt, ap);
   va_end(ap);
+  strcat(line, "\n");
+  fputs(line, stderr); /* one write: never split by the launcher's forwarding */
   fflush(stderr);
 }
 

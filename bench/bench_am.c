@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
   char sz[32];
 
   /* ------------------------------------------------ 1. short round trip */
-  const int RTT_ITERS = 20000, RB = 100;
+  const int RTT_ITERS = 50000, RB = 100;
   samples_t sf, sm;
   samples_init(&sf, RTT_ITERS);
   samples_init(&sm, RTT_ITERS);
@@ -151,7 +151,7 @@ int main(int argc, char **argv) {
     int M = (int)(STREAM_BYTES / n);
     if (M > 4096) M = 4096;
     if (M > 2000) M = 2000;
-    int reps = n >= 16384 ? 11 : 21;
+    int reps = n >= 16384 ? 21 : 41;
     bench_progress("medium stream of %d x %s: %d repetitions each", M, bench_size_str(n, sz, sizeof sz), reps);
     for (size_t i = 0; i < n; i++) payload[i] = (unsigned char)(n * 13 + 5);
     samples_reset(&sf);

@@ -1,57 +1,120 @@
 #!/usr/bin/env bash
 # Run the firehose benchmarks: scripts/run-bench.sh <bindir> <outdir>
+#
 # Every bench_* program in <bindir> runs on 2 ranks under $MPIEXEC (default
-# "mpirun.openmpi --oversubscribe") and writes <outdir>/<name>.csv; the reports go
-# to stdout and to <outdir>/<name>.txt. Ends with the headline ratios against
-# their targets (informational: a missed target does not fail the run; a crashed
-# or hung benchmark does).
+# "mpirun.openmpi --oversubscribe"), $BENCH_RUNS times (default 5: on a small shared
+# machine results move between launches, e.g. with where the two ranks land).
+# Run i writes <outdir>/run<i>/<name>.csv and <name>.txt (its full report); the
+# report of run 1 is also printed. Then:
+#   <outdir>/<name>.csv  all runs merged (the benchmark's columns plus "run")
+#   <outdir>/summary.txt per (benchmark, size): medians over the runs of the fh and
+#                        baseline times and of the ratio, with the ratio's min..max,
+#                        and the headline ratios against their targets.
+# A missed target does not fail the run (it is a measurement); a benchmark that
+# crashes or hangs (timeout $BENCH_TIMEOUT s, default 300) does.
 set -u
 bindir=${1:?usage: run-bench.sh <bindir> <outdir>}
 outdir=${2:?usage: run-bench.sh <bindir> <outdir>}
 MPIEXEC=${MPIEXEC:-mpirun.openmpi --oversubscribe}
 TIMEOUT=${BENCH_TIMEOUT:-300}
+RUNS=${BENCH_RUNS:-5}
 mkdir -p "$outdir"
 outdir=$(cd "$outdir" && pwd)
 
-echo "firehose benchmarks: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(nproc) cores, load average$(uptime | sed 's/.*load average//')"
-echo "launcher: $MPIEXEC -np 2; results in $outdir"
-fail=0; ran=0
-for b in "$bindir"/bench_*; do
-  [ -x "$b" ] || continue
-  name=$(basename "$b")
-  echo
-  echo "################ $name"
-  start=$(date +%s)
-  # shellcheck disable=SC2086 # MPIEXEC holds a command and its flags
-  if timeout "$TIMEOUT" $MPIEXEC -np 2 "$b" "$outdir" > >(tee "$outdir/$name.txt"); then
-    echo "($name: $(( $(date +%s) - start )) s)"
-  else
-    rc=$?
-    echo "FAIL: $name exited with status $rc" >&2
-    fail=$((fail+1))
-  fi
-  ran=$((ran+1))
-done
-if [ "$ran" = 0 ]; then echo "no bench_* programs in $bindir" >&2; exit 1; fi
+benches=()
+for b in "$bindir"/bench_*; do [ -x "$b" ] && benches+=("$b"); done
+[ ${#benches[@]} -gt 0 ] || { echo "run-bench: no bench_* programs in $bindir" >&2; exit 1; }
 
-# Headline numbers against the targets.
-echo
-echo "################ summary (ratio = firehose time / raw MPI time; lower is better)"
-summ() { # csv benchmark size target label
-  awk -F, -v b="$2" -v s="$3" -v t="$4" -v l="$5" '
-    $1 == b && $2 == s { found = 1
-      printf "  %-44s %8.3f us vs %8.3f us  ratio %5.2f  target <= %s: %s\n", l, $3, $4, $5, t,
-             ($5 <= t ? "met" : "MISSED") }
-    END { if (!found) printf "  %-44s (not measured)\n", l }' "$1"
+echo "firehose benchmarks: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(nproc) cores, load average$(uptime | sed 's/.*load average//')"
+echo "launcher: $MPIEXEC -np 2; $RUNS runs of: $(for b in "${benches[@]}"; do printf '%s ' "$(basename "$b")"; done)"
+echo "results: $outdir"
+fail=0
+: >"$outdir/load.txt"
+for ((i = 1; i <= RUNS; i++)); do
+  rdir=$outdir/run$i
+  mkdir -p "$rdir"
+  # Other work on the machine skews results (see docs/PERFORMANCE.md): record it.
+  echo "run $i: loadavg $(cut -d' ' -f1-4 /proc/loadavg) at start" >>"$outdir/load.txt"
+  for b in "${benches[@]}"; do
+    name=$(basename "$b")
+    start=$(date +%s)
+    if [ "$i" = 1 ]; then
+      echo; echo "################ $name (run 1 of $RUNS)"
+      # shellcheck disable=SC2086 # MPIEXEC holds a command and its flags
+      timeout "$TIMEOUT" $MPIEXEC -np 2 "$b" "$rdir" > >(tee "$rdir/$name.txt")
+    else
+      # shellcheck disable=SC2086
+      timeout "$TIMEOUT" $MPIEXEC -np 2 "$b" "$rdir" >"$rdir/$name.txt" 2>"$rdir/$name.err"
+    fi
+    rc=$?
+    if [ "$rc" != 0 ]; then
+      echo "FAIL: $name (run $i) exited with status $rc" >&2
+      [ -f "$rdir/$name.err" ] && tail -20 "$rdir/$name.err" >&2
+      fail=$((fail+1))
+    else
+      [ "$i" = 1 ] || echo "run $i: $name ok ($(( $(date +%s) - start )) s, loadavg $(cut -d' ' -f1 /proc/loadavg))"
+    fi
+  done
+done
+
+# Merge the runs' CSVs.
+for b in "${benches[@]}"; do
+  name=$(basename "$b")
+  out=$outdir/$name.csv
+  rm -f "$out"
+  for ((i = 1; i <= RUNS; i++)); do
+    f=$outdir/run$i/$name.csv
+    [ -f "$f" ] || continue
+    [ -f "$out" ] || echo "$(head -1 "$f"),run" >"$out"
+    tail -n +2 "$f" | sed "s/\$/,$i/" >>"$out"
+  done
+done
+
+# Medians over the runs. (mawk-compatible: no asort.)
+summarise() { # merged csv files...
+  awk -F, '
+    function med(arr, k, c,    i, j, t, v) {
+      for (i = 1; i <= c; i++) v[i] = arr[k, i] + 0
+      for (i = 2; i <= c; i++) { t = v[i]; for (j = i - 1; j >= 1 && v[j] > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
+      lo = v[1]; hi = v[c]
+      return c % 2 ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2
+    }
+    FNR == 1 { next }
+    { k = $1 "," $2; if (!(k in n)) { order[++nk] = k; n[k] = 0 }
+      i = ++n[k]; fh[k, i] = $3; ba[k, i] = $4; ra[k, i] = $5 }
+    END {
+      printf "%-34s %9s %6s %11s %11s %7s  %s\n", "benchmark", "size", "runs", "fh us", "baseline us", "ratio", "ratio min..max"
+      for (x = 1; x <= nk; x++) {
+        k = order[x]; c = n[k]; split(k, kk, ",")
+        mf = med(fh, k, c); mb = med(ba, k, c); mr = med(ra, k, c)
+        printf "%-34s %9s %6d %11.3f %11.3f %7.2f  %.2f..%.2f\n", kk[1], kk[2], c, mf, mb, mr, lo, hi
+      }
+    }' "$@"
 }
-rma=$outdir/bench_rma.csv; am=$outdir/bench_am.csv
-if [ -f "$rma" ]; then
-  summ "$rma" put_registered 8 1.10 "8 B fh_put (registered) vs MPI_Put+flush"
-  summ "$rma" put_heap 8 1.10 "8 B fh_put (heap) vs MPI_Put+flush"
-  summ "$rma" get_registered 8 1.10 "8 B fh_get (registered) vs MPI_Get+flush"
-  summ "$rma" get_heap 8 1.10 "8 B fh_get (heap) vs MPI_Get+flush"
+target() { # summary-file benchmark size target label
+  awk -v b="$2" -v s="$3" -v t="$4" -v l="$5" '
+    $1 == b && $2 == s { found = 1
+      printf "  %-42s %7.3f us vs %7.3f us  ratio %5.2f (runs: %s)  target <= %s: %s\n", l, $4, $5, $6, $7, t,
+             ($6 <= t ? "met" : "MISSED") }
+    END { if (!found) printf "  %-42s (not measured)\n", l }' "$1"
+}
+csvs=()
+for b in "${benches[@]}"; do [ -f "$outdir/$(basename "$b").csv" ] && csvs+=("$outdir/$(basename "$b").csv"); done
+if [ ${#csvs[@]} -gt 0 ]; then
+  summarise "${csvs[@]}" >"$outdir/summary.txt"
+  {
+    echo
+    echo "################ headline ratios (firehose time / raw MPI time, median over $RUNS runs; lower is better)"
+    target "$outdir/summary.txt" put_registered 8 1.10 "8 B fh_put (registered) vs MPI_Put+flush"
+    target "$outdir/summary.txt" put_heap 8 1.10 "8 B fh_put (heap) vs MPI_Put+flush"
+    target "$outdir/summary.txt" get_registered 8 1.10 "8 B fh_get (registered) vs MPI_Get+flush"
+    target "$outdir/summary.txt" get_heap 8 1.10 "8 B fh_get (heap) vs MPI_Get+flush"
+    target "$outdir/summary.txt" am_short_rtt 8 1.3 "AM short round trip vs MPI_Send/Recv"
+  } >"$outdir/headline.txt"
+  echo
+  echo "################ medians over $RUNS runs (all rows: $outdir/summary.txt)"
+  cat "$outdir/summary.txt"
+  cat "$outdir/headline.txt"
 fi
-if [ -f "$am" ]; then
-  summ "$am" am_short_rtt 8 1.3 "AM short round trip vs MPI_Send/Recv"
-fi
-[ "$fail" = 0 ] || { echo "$fail benchmark(s) failed" >&2; exit 1; }
+echo "load average at the end$(uptime | sed 's/.*load average//')"
+[ "$fail" = 0 ] || { echo "run-bench: $fail benchmark run(s) failed" >&2; exit 1; }
