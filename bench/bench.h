@@ -47,6 +47,22 @@ static int bench_rank = -1;
 
 static inline double bench_now(void) { return MPI_Wtime(); }
 
+/* MPI_Init, or MPI_Init_thread(MPI_THREAD_MULTIPLE) when BENCH_MPI_THREAD=multiple
+ * (then firehose takes no serialising lock of its own around MPI calls, and MPI
+ * itself runs its thread-safe paths). Returns the provided level. */
+static inline int bench_mpi_init(int *argc, char ***argv) {
+  const char *t = getenv("BENCH_MPI_THREAD");
+  int provided = MPI_THREAD_SINGLE;
+  if (t && strcmp(t, "multiple") == 0) MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+  else MPI_Init(argc, argv);
+  return provided;
+}
+static inline const char *bench_thread_name(int level) {
+  return level == MPI_THREAD_MULTIPLE ? "MPI_THREAD_MULTIPLE"
+         : level == MPI_THREAD_SERIALIZED ? "MPI_THREAD_SERIALIZED"
+         : level == MPI_THREAD_FUNNELED ? "MPI_THREAD_FUNNELED" : "MPI_THREAD_SINGLE (MPI_Init)";
+}
+
 /* ------------------------------------------------------------------ samples */
 typedef struct {
   double *v;

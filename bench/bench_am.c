@@ -51,7 +51,7 @@ static void on_done(fh_token_t *tok, void *buf, size_t nbytes, const uint64_t *a
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  int level = bench_mpi_init(&argc, &argv);
   int nranks;
   MPI_Comm_rank(MPI_COMM_WORLD, &bench_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
@@ -68,6 +68,7 @@ int main(int argc, char **argv) {
   bench_poll_barrier(ctx);
   const int me = bench_rank, peer = 1 - me;
   FILE *csv = me == 0 ? bench_csv_open(outdir, "bench_am") : NULL;
+  if (me == 0) printf("== bench_am: MPI thread level %s\n", bench_thread_name(level));
   char sz[32];
 
   /* ------------------------------------------------ 1. short round trip */

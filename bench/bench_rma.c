@@ -107,7 +107,7 @@ static double nbi_window(int v, size_t n, int W) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  int level = bench_mpi_init(&argc, &argv);
   int nranks;
   MPI_Comm_rank(MPI_COMM_WORLD, &bench_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
@@ -162,6 +162,7 @@ int main(int argc, char **argv) {
     FHB(fh_get(ctx_heap, dst, 1, heap_remote, 4096));
     if (memcmp(src + 1, dst, 4096) != 0) BENCH_DIE("heap put/get returned wrong data");
 
+    printf("== bench_rma: MPI thread level %s\n", bench_thread_name(level));
     printf("== bench_rma: blocking put/get latency, rank 0 -> rank 1 (median of per-op times; ratio = fh / MPI)\n");
     printf("   baseline: MPI_Put|MPI_Get + MPI_Win_flush on an MPI_Win_create_dynamic window (attached buffer,\n"
            "   lock_all); 'created' = same on an MPI_Win_create window (the kind fh_malloc memory uses)\n");
