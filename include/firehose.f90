@@ -1,0 +1,487 @@
+! firehose.f90 -- Fortran 2008 interface to the firehose C API (include/firehose.h).
+!
+! Every function of firehose.h is available under the same name through a bind(C)
+! interface, with the header's constants as named parameters and fh_config_t as an
+! interoperable derived type. The rules of firehose.h apply unchanged (statuses,
+! handler rules, threads); read it for what each call does.
+!
+! Mapping of the C types:
+!   fh_ctx_t *, fh_token_t *, void * buffers, const char *, fh_config_t *
+!                              type(c_ptr), value      (use c_loc(x) / c_null_ptr)
+!   fh_ctx_t **ctx_out        type(c_ptr), intent(out)
+!   fh_handle_t                integer(c_int64_t), value   (FH_HANDLE_NULL is 0)
+!   fh_handle_t *h_out         integer(c_int64_t), intent(out)
+!   fh_handle_t *hs (arrays)   integer(c_int64_t), intent(inout) :: hs(*)
+!   const uint64_t *args       integer(c_int64_t), intent(in) :: args(*)
+!   size_t                     integer(c_size_t), value
+!   int, unsigned int          integer(c_int), value
+!   fh_am_handler_t            type(c_funptr), value  (c_funloc of a bind(C)
+!                              subroutine with the fh_am_handler interface below)
+!   int comm_f                 integer(c_int), value: the Fortran MPI communicator
+!                              handle itself (e.g. MPI_COMM_WORLD from `use mpi`)
+!
+! Convenience (not in the C header): fh_strerror_str(status) and fh_last_error_str()
+! return the messages as Fortran strings.
+!
+! Build: compile this file with the MPI Fortran compiler of the MPI libfirehose was
+! built for, `use firehose`, link with -lfirehose.
+module firehose
+  use, intrinsic :: iso_c_binding
+  implicit none
+
+  ! ---- version ----
+  integer(c_int), parameter :: FH_VERSION_MAJOR = 0
+  integer(c_int), parameter :: FH_VERSION_MINOR = 1
+  integer(c_int), parameter :: FH_VERSION_PATCH = 0
+  character(len=*), parameter :: FH_VERSION_STRING = "0.1.0"
+
+  ! ---- status codes ----
+  integer(c_int), parameter :: FH_OK = 0
+  integer(c_int), parameter :: FH_NOT_READY = 1
+  integer(c_int), parameter :: FH_ERR_INVALID_ARG = -1
+  integer(c_int), parameter :: FH_ERR_BAD_RANK = -2
+  integer(c_int), parameter :: FH_ERR_NO_MEMORY = -3
+  integer(c_int), parameter :: FH_ERR_NO_RESOURCE = -4
+  integer(c_int), parameter :: FH_ERR_ACCESS = -5
+  integer(c_int), parameter :: FH_ERR_NOT_PINNED = -6
+  integer(c_int), parameter :: FH_ERR_BARRIER_MISMATCH = -7
+  integer(c_int), parameter :: FH_ERR_STATE = -8
+  integer(c_int), parameter :: FH_ERR_MPI = -9
+  integer(c_int), parameter :: FH_ERR_TRANSPORT = -10
+  integer(c_int), parameter :: FH_ERR_UNSUPPORTED = -11
+  integer(c_int), parameter :: FH_ERR_VERSION = -12
+  integer(c_int), parameter :: FH_ERR_INTERNAL = -13
+
+  ! ---- fh_config_t field values ----
+  integer(c_int), parameter :: FH_PROGRESS_POLL = 0
+  integer(c_int), parameter :: FH_PROGRESS_THREAD = 1
+  integer(c_int), parameter :: FH_PIN_MLOCK = 0
+  integer(c_int), parameter :: FH_PIN_NONE = 1
+  integer(c_int), parameter :: FH_THREAD_SINGLE = 0
+  integer(c_int), parameter :: FH_THREAD_FUNNELED = 1
+  integer(c_int), parameter :: FH_THREAD_SERIALIZED = 2
+  integer(c_int), parameter :: FH_THREAD_MULTIPLE = 3
+
+  ! ---- which for fh_wait_nbi / fh_test_nbi ----
+  integer(c_int), parameter :: FH_NBI_PUTS = 1
+  integer(c_int), parameter :: FH_NBI_GETS = 2
+  integer(c_int), parameter :: FH_NBI_ALL = 3
+
+  ! ---- active message handler indices for the application ----
+  integer(c_int), parameter :: FH_AM_INDEX_USER_MIN = 128
+  integer(c_int), parameter :: FH_AM_INDEX_USER_MAX = 255
+
+  ! ---- handles ----
+  integer(c_int64_t), parameter :: FH_HANDLE_NULL = 0_c_int64_t
+
+  ! Settings (mirrors struct fh_config_t). Initialise with
+  ! fh_config_init(c_loc(cfg)), change fields, pass c_loc(cfg) to fh_init_comm_f.
+  ! Unsigned C fields are integer(c_int) here.
+  type, bind(C) :: fh_config_t
+    integer(c_size_t) :: struct_size
+    integer(c_int) :: progress
+    integer(c_int) :: progress_interval_us
+    integer(c_size_t) :: heap_size
+    integer(c_size_t) :: am_max_medium
+    integer(c_size_t) :: am_max_long
+    integer(c_int) :: am_credits
+    integer(c_int) :: am_recv_buffers
+    integer(c_int) :: pin
+    integer(c_int) :: mpi_thread
+    integer(c_int) :: verbose
+  end type fh_config_t
+
+  ! The interface an active message handler must have (pass c_funloc(handler)).
+  ! args points to nargs 64-bit arguments (c_f_pointer(args, a, [nargs])); buf to
+  ! nbytes of payload. Both are valid only during the call.
+  abstract interface
+    subroutine fh_am_handler(token, buf, nbytes, args, nargs, user) bind(C)
+      import :: c_ptr, c_size_t
+      type(c_ptr), value :: token
+      type(c_ptr), value :: buf
+      integer(c_size_t), value :: nbytes
+      type(c_ptr), value :: args
+      integer(c_size_t), value :: nargs
+      type(c_ptr), value :: user
+    end subroutine fh_am_handler
+  end interface
+
+  interface
+    ! ---- status codes, errors and versions ----
+    function fh_strerror(status) bind(C, name="fh_strerror")
+      import :: c_int, c_ptr
+      integer(c_int), value :: status
+      type(c_ptr) :: fh_strerror
+    end function fh_strerror
+
+    function fh_last_error(buf, len) bind(C, name="fh_last_error")
+      import :: c_ptr, c_size_t
+      type(c_ptr), value :: buf
+      integer(c_size_t), value :: len
+      integer(c_size_t) :: fh_last_error
+    end function fh_last_error
+
+    function fh_version() bind(C, name="fh_version")
+      import :: c_int
+      integer(c_int) :: fh_version
+    end function fh_version
+
+    function fh_version_check(major, minor, config_size) bind(C, name="fh_version_check")
+      import :: c_int, c_size_t
+      integer(c_int), value :: major
+      integer(c_int), value :: minor
+      integer(c_size_t), value :: config_size
+      integer(c_int) :: fh_version_check
+    end function fh_version_check
+
+    ! ---- configuration and lifecycle ----
+    subroutine fh_config_init(cfg) bind(C, name="fh_config_init")
+      import :: c_ptr
+      type(c_ptr), value :: cfg
+    end subroutine fh_config_init
+
+    function fh_init_comm_f(comm_f, cfg, ctx_out) bind(C, name="fh_init_comm_f")
+      import :: c_int, c_ptr
+      integer(c_int), value :: comm_f
+      type(c_ptr), value :: cfg
+      type(c_ptr), intent(out) :: ctx_out
+      integer(c_int) :: fh_init_comm_f
+    end function fh_init_comm_f
+
+    function fh_init_world(cfg, ctx_out) bind(C, name="fh_init_world")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: cfg
+      type(c_ptr), intent(out) :: ctx_out
+      integer(c_int) :: fh_init_world
+    end function fh_init_world
+
+    function fh_finalize(ctx) bind(C, name="fh_finalize")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int) :: fh_finalize
+    end function fh_finalize
+
+    function fh_rank(ctx) bind(C, name="fh_rank")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int) :: fh_rank
+    end function fh_rank
+
+    function fh_size(ctx) bind(C, name="fh_size")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int) :: fh_size
+    end function fh_size
+
+    function fh_poll(ctx) bind(C, name="fh_poll")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int) :: fh_poll
+    end function fh_poll
+
+    function fh_config_print(ctx) bind(C, name="fh_config_print")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int) :: fh_config_print
+    end function fh_config_print
+
+    ! ---- memory ----
+    function fh_malloc(ctx, nbytes) bind(C, name="fh_malloc")
+      import :: c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_size_t), value :: nbytes
+      type(c_ptr) :: fh_malloc
+    end function fh_malloc
+
+    subroutine fh_free(ctx, ptr) bind(C, name="fh_free")
+      import :: c_ptr
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: ptr
+    end subroutine fh_free
+
+    function fh_mem_register(ctx, addr, len) bind(C, name="fh_mem_register")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: addr
+      integer(c_size_t), value :: len
+      integer(c_int) :: fh_mem_register
+    end function fh_mem_register
+
+    function fh_mem_unregister(ctx, addr, len) bind(C, name="fh_mem_unregister")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: addr
+      integer(c_size_t), value :: len
+      integer(c_int) :: fh_mem_unregister
+    end function fh_mem_unregister
+
+    function fh_mem_invalidate(ctx, addr, len) bind(C, name="fh_mem_invalidate")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: addr
+      integer(c_size_t), value :: len
+      integer(c_int) :: fh_mem_invalidate
+    end function fh_mem_invalidate
+
+    ! ---- RMA ----
+    function fh_put(ctx, rank, dst, src, nbytes) bind(C, name="fh_put")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: dst
+      type(c_ptr), value :: src
+      integer(c_size_t), value :: nbytes
+      integer(c_int) :: fh_put
+    end function fh_put
+
+    function fh_get(ctx, dst, rank, src, nbytes) bind(C, name="fh_get")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: dst
+      integer(c_int), value :: rank
+      type(c_ptr), value :: src
+      integer(c_size_t), value :: nbytes
+      integer(c_int) :: fh_get
+    end function fh_get
+
+    function fh_put_nb(ctx, rank, dst, src, nbytes, h_out) bind(C, name="fh_put_nb")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: dst
+      type(c_ptr), value :: src
+      integer(c_size_t), value :: nbytes
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_put_nb
+    end function fh_put_nb
+
+    function fh_get_nb(ctx, dst, rank, src, nbytes, h_out) bind(C, name="fh_get_nb")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: dst
+      integer(c_int), value :: rank
+      type(c_ptr), value :: src
+      integer(c_size_t), value :: nbytes
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_get_nb
+    end function fh_get_nb
+
+    function fh_put_nbi(ctx, rank, dst, src, nbytes) bind(C, name="fh_put_nbi")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: dst
+      type(c_ptr), value :: src
+      integer(c_size_t), value :: nbytes
+      integer(c_int) :: fh_put_nbi
+    end function fh_put_nbi
+
+    function fh_get_nbi(ctx, dst, rank, src, nbytes) bind(C, name="fh_get_nbi")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: dst
+      integer(c_int), value :: rank
+      type(c_ptr), value :: src
+      integer(c_size_t), value :: nbytes
+      integer(c_int) :: fh_get_nbi
+    end function fh_get_nbi
+
+    function fh_test(ctx, h) bind(C, name="fh_test")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int64_t), value :: h
+      integer(c_int) :: fh_test
+    end function fh_test
+
+    function fh_wait(ctx, h) bind(C, name="fh_wait")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int64_t), value :: h
+      integer(c_int) :: fh_wait
+    end function fh_wait
+
+    function fh_wait_all(ctx, hs, n) bind(C, name="fh_wait_all")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int64_t), intent(inout) :: hs(*)
+      integer(c_size_t), value :: n
+      integer(c_int) :: fh_wait_all
+    end function fh_wait_all
+
+    function fh_test_all(ctx, hs, n) bind(C, name="fh_test_all")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int64_t), intent(inout) :: hs(*)
+      integer(c_size_t), value :: n
+      integer(c_int) :: fh_test_all
+    end function fh_test_all
+
+    function fh_wait_some(ctx, hs, n) bind(C, name="fh_wait_some")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int64_t), intent(inout) :: hs(*)
+      integer(c_size_t), value :: n
+      integer(c_int) :: fh_wait_some
+    end function fh_wait_some
+
+    function fh_wait_nbi(ctx, which) bind(C, name="fh_wait_nbi")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: which
+      integer(c_int) :: fh_wait_nbi
+    end function fh_wait_nbi
+
+    function fh_test_nbi(ctx, which) bind(C, name="fh_test_nbi")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: which
+      integer(c_int) :: fh_test_nbi
+    end function fh_test_nbi
+
+    ! ---- active messages ----
+    function fh_am_register(ctx, index, fn, user) bind(C, name="fh_am_register")
+      import :: c_int, c_ptr, c_funptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: index
+      type(c_funptr), value :: fn
+      type(c_ptr), value :: user
+      integer(c_int) :: fh_am_register
+    end function fh_am_register
+
+    function fh_am_request_short(ctx, rank, index, args, nargs) bind(C, name="fh_am_request_short")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      integer(c_int), value :: index
+      integer(c_int64_t), intent(in) :: args(*)
+      integer(c_size_t), value :: nargs
+      integer(c_int) :: fh_am_request_short
+    end function fh_am_request_short
+
+    function fh_am_request_medium(ctx, rank, index, buf, nbytes, args, nargs) &
+        bind(C, name="fh_am_request_medium")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      integer(c_int), value :: index
+      type(c_ptr), value :: buf
+      integer(c_size_t), value :: nbytes
+      integer(c_int64_t), intent(in) :: args(*)
+      integer(c_size_t), value :: nargs
+      integer(c_int) :: fh_am_request_medium
+    end function fh_am_request_medium
+
+    function fh_am_request_long(ctx, rank, index, buf, nbytes, dst, args, nargs) &
+        bind(C, name="fh_am_request_long")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      integer(c_int), value :: index
+      type(c_ptr), value :: buf
+      integer(c_size_t), value :: nbytes
+      type(c_ptr), value :: dst
+      integer(c_int64_t), intent(in) :: args(*)
+      integer(c_size_t), value :: nargs
+      integer(c_int) :: fh_am_request_long
+    end function fh_am_request_long
+
+    function fh_am_reply_short(tok, index, args, nargs) bind(C, name="fh_am_reply_short")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: tok
+      integer(c_int), value :: index
+      integer(c_int64_t), intent(in) :: args(*)
+      integer(c_size_t), value :: nargs
+      integer(c_int) :: fh_am_reply_short
+    end function fh_am_reply_short
+
+    function fh_am_reply_medium(tok, index, buf, nbytes, args, nargs) bind(C, name="fh_am_reply_medium")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: tok
+      integer(c_int), value :: index
+      type(c_ptr), value :: buf
+      integer(c_size_t), value :: nbytes
+      integer(c_int64_t), intent(in) :: args(*)
+      integer(c_size_t), value :: nargs
+      integer(c_int) :: fh_am_reply_medium
+    end function fh_am_reply_medium
+
+    function fh_am_reply_long(tok, index, buf, nbytes, dst, args, nargs) bind(C, name="fh_am_reply_long")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: tok
+      integer(c_int), value :: index
+      type(c_ptr), value :: buf
+      integer(c_size_t), value :: nbytes
+      type(c_ptr), value :: dst
+      integer(c_int64_t), intent(in) :: args(*)
+      integer(c_size_t), value :: nargs
+      integer(c_int) :: fh_am_reply_long
+    end function fh_am_reply_long
+
+    function fh_am_source(tok) bind(C, name="fh_am_source")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: tok
+      integer(c_int) :: fh_am_source
+    end function fh_am_source
+
+    function fh_am_max_args() bind(C, name="fh_am_max_args")
+      import :: c_size_t
+      integer(c_size_t) :: fh_am_max_args
+    end function fh_am_max_args
+
+    function fh_am_max_medium(ctx) bind(C, name="fh_am_max_medium")
+      import :: c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_size_t) :: fh_am_max_medium
+    end function fh_am_max_medium
+
+    function fh_am_max_long(ctx) bind(C, name="fh_am_max_long")
+      import :: c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_size_t) :: fh_am_max_long
+    end function fh_am_max_long
+  end interface
+
+contains
+
+  ! fh_strerror(status) as a Fortran string.
+  function fh_strerror_str(status) result(s)
+    integer(c_int), intent(in) :: status
+    character(len=:), allocatable :: s
+    integer, parameter :: max_len = 4096
+    type(c_ptr) :: p
+    character(kind=c_char), pointer :: chars(:)
+    integer :: i, n
+    p = fh_strerror(status)
+    if (.not. c_associated(p)) then
+      s = ""
+      return
+    end if
+    call c_f_pointer(p, chars, [max_len])
+    n = 0
+    do while (n < max_len)
+      if (chars(n + 1) == c_null_char) exit
+      n = n + 1
+    end do
+    allocate (character(len=n) :: s)
+    do i = 1, n
+      s(i:i) = chars(i)
+    end do
+  end function fh_strerror_str
+
+  ! This thread's last detailed error message (fh_last_error) as a Fortran string.
+  function fh_last_error_str() result(s)
+    character(len=:), allocatable :: s
+    character(kind=c_char), allocatable, target :: buf(:)
+    integer(c_size_t) :: n, got
+    integer :: i
+    n = fh_last_error(c_null_ptr, 0_c_size_t)
+    allocate (buf(n + 1))
+    got = fh_last_error(c_loc(buf), n + 1)
+    n = min(n, got)
+    allocate (character(len=int(n)) :: s)
+    do i = 1, int(n)
+      s(i:i) = buf(i)
+    end do
+  end function fh_last_error_str
+
+end module firehose
