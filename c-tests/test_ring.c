@@ -38,10 +38,10 @@ int main(int argc, char **argv) {
       size_t sz = sizes[k];
       int seed = (int)(k * 10 + region) + me;
       memset(mine, 0xEE, MAX);
-      MPI_Barrier(MPI_COMM_WORLD);
+      CHECK_OK(fh_barrier(ctx));
       fill(src, sz, seed);
       CHECK_OK(fh_put(ctx, right, all[right], src, sz));
-      MPI_Barrier(MPI_COMM_WORLD);
+      CHECK_OK(fh_barrier(ctx));
       /* What my left neighbour put into my memory. */
       expect(mine, sz, (int)(k * 10 + region) + left, "put landed");
       if (sz < MAX) CHECK(mine[sz] == 0xEE, "put wrote past its end");
@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
       memset(dst, 0, MAX);
       CHECK_OK(fh_get(ctx, dst, right, all[right], sz));
       expect(dst, sz, seed, "get returned");
-      MPI_Barrier(MPI_COMM_WORLD);
+      CHECK_OK(fh_barrier(ctx));
     }
   }
   /* Put to self and get from self. */
@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
   CHECK_OK(fh_put(ctx, me, heap + 10, src, 100));
   expect(heap + 10, 100, 3, "self put");
 
-  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK_OK(fh_barrier(ctx));
   CHECK_OK(fh_mem_unregister(ctx, user, MAX));
   fh_free(ctx, heap);
   CHECK_OK(fh_finalize(ctx));

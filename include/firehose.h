@@ -365,6 +365,15 @@ int fh_size(const struct fh_ctx_t *ctx);
 int fh_poll(struct fh_ctx_t *ctx);
 
 /**
+ * Collective: return when every rank of the context has entered, serving active
+ * messages while waiting. Use it instead of MPI_Barrier whenever other ranks may
+ * need this one to make progress (their first access to memory registered here, or
+ * AMs they wait for): MPI_Barrier does not run firehose handlers. Not from handlers;
+ * one barrier at a time per context.
+ */
+int fh_barrier(struct fh_ctx_t *ctx);
+
+/**
  * Print every setting, its value and where it came from (default, fh_config_t,
  * environment), plus conduit facts (MPI library, thread level, progress thread), to
  * stdout. With `ctx` NULL, prints what defaults + environment give.
@@ -413,6 +422,13 @@ int fh_mem_invalidate(struct fh_ctx_t *ctx, void *addr, size_t len);
  * data is visible at the target. `dst` must lie in memory the target allocated with
  * fh_malloc or registered with fh_mem_register (else FH_ERR_ACCESS, decided by the
  * target). nbytes 0 is a no-op. Thread-safe; not from handlers.
+ *
+ * Progress rule: heap (fh_malloc) memory is accessed fully one-sided. The first
+ * access to a peer's *registered* region asks the peer (one AM round trip; later
+ * accesses inside that region are one-sided), so the peer must be making progress:
+ * inside any firehose call (fh_poll, fh_barrier, a blocking call) or running
+ * FH_PROGRESS=thread. A peer blocked in MPI_Barrier or computing without calls
+ * delays this call until it polls.
  */
 int fh_put(struct fh_ctx_t *ctx, int rank, void *dst, const void *src, size_t nbytes);
 

@@ -414,6 +414,15 @@ impl CtxInner {
         }
     }
 
+    /// `fh_barrier`: wait for every rank, serving AMs meanwhile (so a rank that needs
+    /// this one to answer an access query or run a handler is never stuck behind it).
+    pub fn barrier(&self) -> Result<()> {
+        self.check_live()?;
+        am::check_not_in_handler("fh_barrier")?;
+        self.conduit.barrier_start()?;
+        self.wait_until(|| self.conduit.barrier_test())
+    }
+
     pub(crate) fn new_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }

@@ -201,6 +201,10 @@ impl CtxInner {
     /// May `[addr, addr+len)` on `rank` be accessed? Returns the proof to hold while
     /// issuing, or `FH_ERR_ACCESS` from the target's own check.
     pub fn access(&self, rank: usize, addr: usize, len: usize) -> Result<Access<'_>> {
+        if len == 0 {
+            // Nothing is accessed: valid anywhere.
+            return Ok(Access::Heap);
+        }
         let (hb, hl) = self.conduit.remote_heap(rank);
         if addr >= hb && addr.checked_add(len).is_some_and(|e| e <= hb + hl) {
             return Ok(Access::Heap);

@@ -138,6 +138,10 @@ pub(crate) unsafe fn ctx_finalize(p: *mut fh_ctx_t) -> Result<()> {
     // SAFETY: forwarded contract.
     let c = unsafe { ctx_ref(p)? };
     let r = c.finalize();
+    if c.state() == crate::api::ctx::State::Live {
+        // Refused before any teardown (e.g. called from a handler): still usable.
+        return r;
+    }
     // SAFETY: p was validated above.
     let h = unsafe { &*p };
     h.magic.store(CTX_DEAD, Ordering::Release);

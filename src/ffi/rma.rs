@@ -18,6 +18,13 @@ const _: () = assert!(FH_NBI_PUTS == NBI_PUTS && FH_NBI_GETS == NBI_GETS && FH_N
 /// data is visible at the target. `dst` must lie in memory the target allocated with
 /// fh_malloc or registered with fh_mem_register (else FH_ERR_ACCESS, decided by the
 /// target). nbytes 0 is a no-op. Thread-safe; not from handlers.
+///
+/// Progress rule: heap (fh_malloc) memory is accessed fully one-sided. The first
+/// access to a peer's *registered* region asks the peer (one AM round trip; later
+/// accesses inside that region are one-sided), so the peer must be making progress:
+/// inside any firehose call (fh_poll, fh_barrier, a blocking call) or running
+/// FH_PROGRESS=thread. A peer blocked in MPI_Barrier or computing without calls
+/// delays this call until it polls.
 #[no_mangle]
 pub extern "C" fn fh_put(
     ctx: *mut fh_ctx_t,

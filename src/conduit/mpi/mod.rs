@@ -90,6 +90,8 @@ pub struct MpiConduit {
     heap_locked: bool,
     heap_win: H<ffi::MPI_Win>,
     dyn_win: H<ffi::MPI_Win>,
+    /// False for a 1-rank communicator: no windows, all RMA is local copies.
+    windows: bool,
     remote_heaps: Vec<(usize, usize)>,
     /// Windows used towards each rank (WIN_* bits); never cleared, so a flush always
     /// covers every window an operation may have used.
@@ -120,7 +122,10 @@ impl MpiConduit {
         // every out-pointer refers to a local of the right type.
         unsafe {
             if comm == ffi::RSMPI_COMM_NULL || comm == std::mem::zeroed::<ffi::MPI_Comm>() {
-                bail!(InvalidArg, "communicator is MPI_COMM_NULL or not a valid handle");
+                bail!(
+                    InvalidArg,
+                    "communicator is MPI_COMM_NULL or not a valid handle"
+                );
             }
             // Validate the handle with errors returned: MPI raises errors about an
             // invalid communicator on MPI_COMM_WORLD, whose handler is usually fatal.
@@ -132,7 +137,11 @@ impl MpiConduit {
             ffi::MPI_Comm_set_errhandler(ffi::RSMPI_COMM_WORLD, old);
             ffi::MPI_Errhandler_free(&mut old);
             if rc != ffi::MPI_SUCCESS as c_int {
-                bail!(InvalidArg, "the communicator handle is not valid: {}", boot::error_string(rc));
+                bail!(
+                    InvalidArg,
+                    "the communicator handle is not valid: {}",
+                    boot::error_string(rc)
+                );
             }
             let mut am_comm: ffi::MPI_Comm = std::mem::zeroed();
             check(ffi::MPI_Comm_dup(comm, &mut am_comm), || {
@@ -167,32 +176,50 @@ impl MpiConduit {
                 );
             }
 
-            let mut heap_win: ffi::MPI_Win = std::mem::zeroed();
-            check(
-                ffi::MPI_Win_create(
-                    heap.addr() as *mut c_void,
-                    heap.len() as ffi::MPI_Aint,
-                    1,
-                    ffi::RSMPI_INFO_NULL,
-                    rma_comm,
-                    &mut heap_win,
-                ),
-                || "MPI_Win_create (library heap)".into(),
-            )?;
-            let mut dyn_win: ffi::MPI_Win = std::mem::zeroed();
-            check(
-                ffi::MPI_Win_create_dynamic(ffi::RSMPI_INFO_NULL, rma_comm, &mut dyn_win),
-                || "MPI_Win_create_dynamic".into(),
-            )?;
-            for w in [heap_win, dyn_win] {
-                check(
-                    ffi::MPI_Win_set_errhandler(w, ffi::RSMPI_ERRORS_RETURN),
-                    || "MPI_Win_set_errhandler".into(),
-                )?;
-                check(
-                    ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, w),
-                    || "MPI_Win_lock_all".into(),
-                )?;
+            // A 1-rank communicator needs no windows (every access is to self and is
+            // a memory copy); Open MPI 4.1's osc/rdma cannot create them there anyway.
+            let windows = size > 1;
+            let mut heap_win: ffi::MPI_Win = ffi::RSMPI_WIN_NULL;
+            let mut dyn_win: ffi::MPI_Win = ffi::RSMPI_WIN_NULL;
+            if windows {
+                let made = (|| -> Result<()> {
+                    check(
+                        ffi::MPI_Win_create(
+                            heap.addr() as *mut c_void,
+                            heap.len() as ffi::MPI_Aint,
+                            1,
+                            ffi::RSMPI_INFO_NULL,
+                            rma_comm,
+                            &mut heap_win,
+                        ),
+                        || "MPI_Win_create (library heap)".into(),
+                    )?;
+                    check(
+                        ffi::MPI_Win_create_dynamic(ffi::RSMPI_INFO_NULL, rma_comm, &mut dyn_win),
+                        || "MPI_Win_create_dynamic".into(),
+                    )?;
+                    for w in [heap_win, dyn_win] {
+                        check(
+                            ffi::MPI_Win_set_errhandler(w, ffi::RSMPI_ERRORS_RETURN),
+                            || "MPI_Win_set_errhandler".into(),
+                        )?;
+                        check(
+                            ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, w),
+                            || "MPI_Win_lock_all".into(),
+                        )?;
+                    }
+                    Ok(())
+                })();
+                if let Err(e) = made {
+                    for c in [am_comm, rma_comm] {
+                        let mut c = c;
+                        ffi::MPI_Comm_free(&mut c);
+                    }
+                    if heap_locked {
+                        os::munlock(heap.addr(), heap.len());
+                    }
+                    return Err(e);
+                }
             }
 
             let mine = [heap.addr() as u64, heap.len() as u64];
@@ -238,6 +265,7 @@ impl MpiConduit {
                 heap_locked,
                 heap_win: H(heap_win),
                 dyn_win: H(dyn_win),
+                windows,
                 remote_heaps,
                 used: (0..size).map(|_| AtomicU8::new(0)).collect(),
                 recv: Mutex::new(recv),
@@ -424,6 +452,9 @@ impl Conduit for MpiConduit {
 
     fn register(&self, addr: usize, len: usize) -> Result<()> {
         self.live()?;
+        if !self.windows {
+            return Ok(());
+        }
         let _s = self.serial();
         // SAFETY: attaching local memory the caller owns; MPI only records the range.
         let rc = unsafe {
@@ -434,6 +465,9 @@ impl Conduit for MpiConduit {
 
     fn deregister(&self, addr: usize, len: usize) -> Result<()> {
         self.live()?;
+        if !self.windows {
+            return Ok(());
+        }
         let _s = self.serial();
         // SAFETY: detaching a range we attached before.
         let rc = unsafe { ffi::MPI_Win_detach(self.dyn_win.0, addr as *const c_void) };
@@ -442,6 +476,12 @@ impl Conduit for MpiConduit {
 
     unsafe fn put(&self, rank: usize, raddr: usize, src: *const u8, len: usize) -> Result<()> {
         self.check_rank(rank)?;
+        if rank == self.rank {
+            // SAFETY: our own memory; the layer above checked raddr is registered here
+            // (Conduit::put contract) and src is readable for len bytes.
+            unsafe { std::ptr::copy(src, raddr as *mut u8, len) };
+            return Ok(());
+        }
         let (win, disp, bit) = self.resolve(rank, raddr, len);
         let _s = self.serial();
         let mut off = 0usize;
@@ -477,6 +517,11 @@ impl Conduit for MpiConduit {
 
     unsafe fn get(&self, rank: usize, raddr: usize, dst: *mut u8, len: usize) -> Result<()> {
         self.check_rank(rank)?;
+        if rank == self.rank {
+            // SAFETY: as in put, in the other direction.
+            unsafe { std::ptr::copy(raddr as *const u8, dst, len) };
+            return Ok(());
+        }
         let (win, disp, bit) = self.resolve(rank, raddr, len);
         let _s = self.serial();
         let mut off = 0usize;
@@ -511,6 +556,9 @@ impl Conduit for MpiConduit {
 
     fn flush(&self, rank: usize) -> Result<()> {
         self.check_rank(rank)?;
+        if rank == self.rank {
+            return Ok(());
+        }
         let used = self.used[rank].load(Ordering::Relaxed);
         let _s = self.serial();
         for (bit, win) in [(WIN_HEAP, self.heap_win), (WIN_DYN, self.dyn_win)] {
@@ -524,6 +572,9 @@ impl Conduit for MpiConduit {
     }
 
     fn flush_all(&self) -> Result<()> {
+        if !self.windows {
+            return Ok(());
+        }
         let _s = self.serial();
         for win in [self.heap_win, self.dyn_win] {
             // SAFETY: flushing a window in a lock_all epoch.
@@ -836,7 +887,10 @@ impl Conduit for MpiConduit {
             for (_, mut r) in s.borrowed.drain() {
                 ffi::MPI_Wait(&mut r, ffi::RSMPI_STATUS_IGNORE);
             }
-            for w in [self.heap_win, self.dyn_win] {
+            for w in [self.heap_win, self.dyn_win]
+                .into_iter()
+                .filter(|_| self.windows)
+            {
                 note(check(ffi::MPI_Win_unlock_all(w.0), || {
                     "MPI_Win_unlock_all".into()
                 }));
