@@ -179,6 +179,13 @@ module firehose
       integer(c_int) :: fh_poll
     end function fh_poll
 
+    ! Collective barrier that keeps serving active messages while waiting.
+    function fh_barrier(ctx) bind(C, name="fh_barrier")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int) :: fh_barrier
+    end function fh_barrier
+
     function fh_config_print(ctx) bind(C, name="fh_config_print")
       import :: c_int, c_ptr
       type(c_ptr), value :: ctx

@@ -159,7 +159,7 @@ program test_basic
   end do
   remote = transfer(addrs(right), remote)
   call check_rc(fh_put(ctx, right, remote, c_loc(src), nbytes), FH_OK, "fh_put")
-  call MPI_Barrier(MPI_COMM_WORLD, ierr)
+  call check_rc(fh_barrier(ctx), FH_OK, "fh_barrier")
   do i = 1, n
     if (hx(i) /= real(left, c_double) * 1.0e6_c_double + real(i, c_double) + 0.25_c_double) &
       call fail("ring fh_put: wrong value landed")
