@@ -20,6 +20,7 @@ enum { TAG_PING = 10, TAG_STREAM = 11, TAG_DONE = 12 };
 
 static fh_ctx_t *ctx;
 static volatile uint64_t pings_handled, pongs, sunk, dones;
+static uint64_t pings_expected;
 static volatile uint64_t sink_bytes;
 
 static void on_ping(fh_token_t *tok, void *buf, size_t nbytes, const uint64_t *args, size_t nargs, void *user) {
@@ -100,7 +101,10 @@ int main(int argc, char **argv) {
             samples_add(fh_side ? &sf : &sm, bench_now() - t0);
           } else {
             if (fh_side) {
-              uint64_t want = pings_handled + 1;
+              /* Count cumulatively: one fh_poll may run two ping handlers (the next
+               * ping can arrive while this rank is still delivering), so waiting for
+               * "one more than now" would wait for a ping of a later block. */
+              uint64_t want = ++pings_expected;
               while (pings_handled < want) FHB(fh_poll(ctx));
             } else {
               MPIB(MPI_Recv(&mbuf, 8, MPI_BYTE, 0, TAG_PING, MPI_COMM_WORLD, MPI_STATUS_IGNORE));

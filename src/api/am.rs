@@ -23,9 +23,10 @@ use crate::conduit::{LongIn, LongSrc};
 use crate::runtime::error::{Error, Result, Status};
 use crate::runtime::os;
 use crate::{bail, err};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use std::cell::Cell;
 use std::os::raw::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub const INDEX_USER_MIN: usize = 128;
 pub const INDEX_USER_MAX: usize = 255;
@@ -87,14 +88,38 @@ impl Token {
 
 struct Peer {
     /// Credits we may still spend on requests to this peer.
-    avail: usize,
-    /// Credits we owe this peer (its requests we handled and did not yet credit).
-    owed: usize,
+    /// Invariant: 0 <= avail <= FH_AM_CREDITS.
+    avail: AtomicUsize,
+    /// Credits we owe this peer (its requests we received and did not yet credit).
+    owed: AtomicUsize,
+}
+
+impl Peer {
+    /// Take one credit if there is one.
+    fn try_acquire(&self) -> bool {
+        self.avail
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| a.checked_sub(1))
+            .is_ok()
+    }
+
+    /// Take what we owe, for a frame going to this peer (at most u16::MAX).
+    fn take_owed(&self) -> u16 {
+        let n = self.owed.swap(0, Ordering::AcqRel);
+        if n > u16::MAX as usize {
+            self.owed.fetch_add(n - u16::MAX as usize, Ordering::AcqRel);
+            return u16::MAX;
+        }
+        n as u16
+    }
+
+    fn give_back(&self, credits: u16) {
+        self.owed.fetch_add(credits as usize, Ordering::AcqRel);
+    }
 }
 
 pub struct AmState {
     handlers: RwLock<Vec<Option<Handler>>>,
-    peers: Mutex<Vec<Peer>>,
+    peers: Vec<Peer>,
     credits: usize,
     threshold: usize,
 }
@@ -104,16 +129,33 @@ thread_local! {
 }
 
 /// True while this thread runs an AM handler.
+/// Handlers running right now in this process (any context, any thread). Lets the
+/// fast paths skip the thread-local lookup (a call into the dynamic loader's TLS code
+/// in a shared library) when no handler runs anywhere.
+static HANDLERS_RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+#[inline]
 pub fn in_handler() -> bool {
-    IN_HANDLER.with(|h| h.get())
+    HANDLERS_RUNNING.load(Ordering::Acquire) != 0 && IN_HANDLER.with(|h| h.get())
 }
 
 /// Calls that block or send requests are not allowed in handlers.
+#[inline]
 pub fn check_not_in_handler(what: &str) -> Result<()> {
     if in_handler() {
-        bail!(State, "{} may not be called from inside an AM handler (handlers must not block; only replies are allowed)", what);
+        return Err(in_handler_error(what));
     }
     Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn in_handler_error(what: &str) -> crate::runtime::error::Error {
+    err!(
+        State,
+        "{} may not be called from inside an AM handler (handlers must not block; only replies are allowed)",
+        what
+    )
 }
 
 impl AmState {
@@ -125,23 +167,15 @@ impl AmState {
         h[H_INVAL_ACK as usize] = Some(Handler::Internal(super::mem::handle_inval_ack));
         AmState {
             handlers: RwLock::new(h),
-            peers: Mutex::new(
-                (0..size)
-                    .map(|_| Peer {
-                        avail: credits,
-                        owed: 0,
-                    })
-                    .collect(),
-            ),
+            peers: (0..size)
+                .map(|_| Peer {
+                    avail: AtomicUsize::new(credits),
+                    owed: AtomicUsize::new(0),
+                })
+                .collect(),
             credits,
             threshold: (credits / 2).max(1),
         }
-    }
-
-    fn take_owed(&self, p: &mut Peer) -> u16 {
-        let n = p.owed.min(u16::MAX as usize);
-        p.owed -= n;
-        n as u16
     }
 }
 
@@ -217,16 +251,9 @@ impl CtxInner {
             }
         }
         // Acquire a credit (back-pressure: serve others meanwhile).
+        let peer = &self.am.peers[dest];
         let mut stalled = false;
-        let credits = loop {
-            {
-                let mut peers = self.am.peers.lock();
-                let p = &mut peers[dest];
-                if p.avail > 0 {
-                    p.avail -= 1;
-                    break self.am.take_owed(p);
-                }
-            }
+        while !peer.try_acquire() {
             if !stalled {
                 stalled = true;
                 Stats::add(&self.stats.credit_stalls, 1);
@@ -234,9 +261,20 @@ impl CtxInner {
             if self.progress_once()? == 0 {
                 self.conduit.idle();
             }
-        };
+        }
+        let credits = peer.take_owed();
         let long_dst = long.as_ref().map(|l| l.dst as u64).unwrap_or(0);
-        let frame = wire::encode(cat, Role::Request, handler, credits, long_dst, args, medium);
+        let frame = wire::encode(
+            self.conduit.frame_buffer(),
+            self.conduit.caps().frame_headroom,
+            cat,
+            Role::Request,
+            handler,
+            credits,
+            long_dst,
+            args,
+            medium,
+        );
         let src = long.as_ref().map(|l| LongSrc::Borrowed {
             ptr: l.data.as_ptr(),
             len: l.data.len(),
@@ -250,9 +288,8 @@ impl CtxInner {
                 Ok(())
             }
             Err(e) => {
-                let mut peers = self.am.peers.lock();
-                peers[dest].avail += 1;
-                peers[dest].owed += credits as usize;
+                peer.avail.fetch_add(1, Ordering::AcqRel);
+                peer.give_back(credits);
                 Err(e)
             }
         }
@@ -284,9 +321,19 @@ impl CtxInner {
                 bail!(InvalidArg, "long AM destination address is NULL");
             }
         }
-        let credits = self.am.take_owed(&mut self.am.peers.lock()[tok.src]);
+        let credits = self.am.peers[tok.src].take_owed();
         let long_dst = long.as_ref().map(|l| l.dst as u64).unwrap_or(0);
-        let frame = wire::encode(cat, Role::Reply, handler, credits, long_dst, args, medium);
+        let frame = wire::encode(
+            self.conduit.frame_buffer(),
+            self.conduit.caps().frame_headroom,
+            cat,
+            Role::Reply,
+            handler,
+            credits,
+            long_dst,
+            args,
+            medium,
+        );
         // Owned copy: a handler must not wait for the payload to drain.
         let src = long.map(|l| LongSrc::Owned(l.data.to_vec()));
         match self.conduit.am_send(tok.src, frame, src) {
@@ -296,17 +343,27 @@ impl CtxInner {
                 Ok(())
             }
             Err(e) => {
-                self.am.peers.lock()[tok.src].owed += credits as usize;
+                self.am.peers[tok.src].give_back(credits);
                 Err(e)
             }
         }
     }
 
     fn send_control(&self, dest: usize, c: Control, args: &[u64]) {
-        let credits = self.am.take_owed(&mut self.am.peers.lock()[dest]);
-        let frame = wire::encode(Category::Short, Role::Control(c), 0, credits, 0, args, &[]);
+        let credits = self.am.peers[dest].take_owed();
+        let frame = wire::encode(
+            self.conduit.frame_buffer(),
+            self.conduit.caps().frame_headroom,
+            Category::Short,
+            Role::Control(c),
+            0,
+            credits,
+            0,
+            args,
+            &[],
+        );
         if let Err(e) = self.conduit.am_send(dest, frame, None) {
-            self.am.peers.lock()[dest].owed += credits as usize;
+            self.am.peers[dest].give_back(credits);
             self.record_async_error(err!(
                 Transport,
                 "could not send a control frame to rank {}: {}",
@@ -355,10 +412,11 @@ impl CtxInner {
             }
         };
         if f.credits > 0 {
-            let mut peers = self.am.peers.lock();
-            peers[src].avail += f.credits as usize;
+            let before = self.am.peers[src]
+                .avail
+                .fetch_add(f.credits as usize, Ordering::AcqRel);
             debug_assert!(
-                peers[src].avail <= self.am.credits,
+                before + f.credits as usize <= self.am.credits,
                 "peer returned more credits than it was given"
             );
         }
@@ -388,16 +446,16 @@ impl CtxInner {
             Role::Reply => false,
         };
         if is_request {
-            self.am.peers.lock()[src].owed += 1;
+            self.am.peers[src].owed.fetch_add(1, Ordering::AcqRel);
         }
         let handler = self.am.handlers.read()[f.handler as usize];
         let outcome = self.place_and_run(src, is_request, &f, handler, long);
         if let Err(e) = outcome {
-            self.refuse(src, e.status, f.handler, e.msg);
+            self.refuse(src, e.status, f.handler, e.msg.clone());
         }
         Stats::add(&self.stats.am_handled, 1);
         if is_request {
-            let owed = self.am.peers.lock()[src].owed;
+            let owed = self.am.peers[src].owed.load(Ordering::Acquire);
             if owed >= self.am.threshold {
                 self.send_control(src, Control::Credit, &[]);
             }
@@ -451,6 +509,7 @@ impl CtxInner {
             is_request,
             replied: Cell::new(false),
         };
+        HANDLERS_RUNNING.fetch_add(1, Ordering::AcqRel);
         let prev = IN_HANDLER.with(|h| h.replace(true));
         let r = match handler {
             Handler::User { f: func, user } => {
@@ -476,6 +535,7 @@ impl CtxInner {
             }
         };
         IN_HANDLER.with(|h| h.set(prev));
+        HANDLERS_RUNNING.fetch_sub(1, Ordering::AcqRel);
         let _ = src;
         r
     }

@@ -35,7 +35,7 @@ pub enum State {
 
 /// Non-blocking calls poll once every this many calls (blocking calls always poll
 /// while they wait). Bounds the cost of polling on the fast path.
-pub const POLL_EVERY: u64 = 8;
+pub const POLL_EVERY: u64 = 32;
 
 /// An access query's answer: (status code, region start, region end).
 pub type QueryAnswer = (i32, usize, usize);
@@ -46,12 +46,19 @@ pub struct CtxInner {
     pub mpi: Option<Arc<MpiConduit>>,
     pub rank: usize,
     pub size: usize,
+    /// Several threads may be inside the library at once (MPI_THREAD_MULTIPLE, the
+    /// progress thread, or the sim conduit). When false, the fast paths skip locks and
+    /// atomic read-modify-writes.
+    pub concurrent: bool,
     pub cfg: Config,
     pub state: AtomicU8,
     pub am: AmState,
     pub rma: RmaState,
     pub heap: Heap,
     pub local_regs: LocalRegions,
+    /// Every rank's library heap `(base, len)` (a copy of the conduit's table, so the
+    /// access check needs no virtual call).
+    pub remote_heaps: Vec<(usize, usize)>,
     pub remote: RemoteCache,
     pub stats: Stats,
     /// Outstanding access queries: id -> answer (status, start, end).
@@ -61,6 +68,8 @@ pub struct CtxInner {
     pub(crate) next_id: AtomicU64,
     /// First asynchronous error not yet reported, and how many more occurred.
     pub(crate) async_err: Mutex<Option<(Error, u64)>>,
+    /// Fast check for `async_err` (polling must not take its lock every time).
+    pub(crate) async_pending: AtomicBool,
     pub(crate) call_count: AtomicU64,
     /// Lines for fh_config_print beyond the settings table.
     pub info: Mutex<Vec<String>>,
@@ -293,19 +302,23 @@ impl CtxInner {
     ) -> Arc<CtxInner> {
         let (rank, size) = (conduit.rank(), conduit.size());
         let (hb, hl) = conduit.heap();
+        let concurrent = conduit.caps().thread_multiple;
         Arc::new(CtxInner {
             rank,
             size,
+            concurrent,
             am: AmState::new(size, cfg.am_credits),
             rma: RmaState::new(size),
             heap: Heap::new(hb, hl),
             local_regs: LocalRegions::new(size),
+            remote_heaps: (0..size).map(|r| conduit.remote_heap(r)).collect(),
             remote: RemoteCache::new(size),
             stats: Stats::default(),
             queries: Mutex::new(HashMap::new()),
             invals: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             async_err: Mutex::new(None),
+            async_pending: AtomicBool::new(false),
             call_count: AtomicU64::new(0),
             info: Mutex::new(info),
             sim_hook: Mutex::new(None),
@@ -328,7 +341,7 @@ impl CtxInner {
     #[inline]
     pub fn check_live(&self) -> Result<()> {
         if self.state.load(Ordering::Acquire) != State::Live as u8 {
-            bail!(State, "context is finalized");
+            return Err(not_live());
         }
         Ok(())
     }
@@ -336,14 +349,20 @@ impl CtxInner {
     #[inline]
     pub fn check_rank(&self, rank: i64) -> Result<usize> {
         if rank < 0 || rank as u64 >= self.size as u64 {
-            bail!(
-                BadRank,
-                "rank {} is out of range: this context has ranks 0..{}",
-                rank,
-                self.size.saturating_sub(1)
-            );
+            return Err(self.bad_rank(rank));
         }
         Ok(rank as usize)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn bad_rank(&self, rank: i64) -> Error {
+        err!(
+            BadRank,
+            "rank {} is out of range: this context has ranks 0..{}",
+            rank,
+            self.size.saturating_sub(1)
+        )
     }
 
     /// Run arrived AMs once. Returns how many frames were handled.
@@ -365,12 +384,25 @@ impl CtxInner {
         Ok(n)
     }
 
+    /// Add to a statistics counter: an atomic add when threads may race, else a plain
+    /// load and store (no locked instruction on the fast path).
+    #[inline]
+    pub fn count(&self, c: &AtomicU64, n: u64) {
+        if self.concurrent {
+            c.fetch_add(n, Ordering::Relaxed);
+        } else {
+            c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        }
+    }
+
     /// Cheap periodic polling for non-blocking calls.
     #[inline]
     pub fn maybe_poll(&self) {
-        if self.call_count.fetch_add(1, Ordering::Relaxed) % POLL_EVERY == POLL_EVERY - 1
-            && !am::in_handler()
-        {
+        // A plain load/store, not an atomic add: under concurrency a lost increment
+        // only shifts when the next poll happens.
+        let n = self.call_count.load(Ordering::Relaxed).wrapping_add(1);
+        self.call_count.store(n, Ordering::Relaxed);
+        if n % POLL_EVERY == 0 && !am::in_handler() {
             let _ = self.progress_once();
         }
     }
@@ -384,10 +416,16 @@ impl CtxInner {
             Some((_, more)) => *more += 1,
             None => *g = Some((e, 0)),
         }
+        self.async_pending.store(true, Ordering::Release);
     }
 
     pub fn take_async_error(&self) -> Result<()> {
-        match self.async_err.lock().take() {
+        if !self.async_pending.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut g = self.async_err.lock();
+        self.async_pending.store(false, Ordering::Release);
+        match g.take() {
             Some((mut e, more)) => {
                 if more > 0 {
                     e.msg
@@ -441,6 +479,12 @@ impl CtxInner {
         }
         s
     }
+}
+
+#[cold]
+#[inline(never)]
+fn not_live() -> Error {
+    err!(State, "context is finalized")
 }
 
 /// Convenience for errors raised on behalf of C callers.

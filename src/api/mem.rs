@@ -12,7 +12,7 @@ use super::am::{self, Token, H_INVAL_ACK, H_REG_ANSWER, H_REG_QUERY};
 use super::ctx::CtxInner;
 use super::stats::Stats;
 use super::wire::{Category, Frame};
-use crate::firehose::registry::{covered, Region};
+use crate::firehose::registry::{covered, PeerRegions, Region};
 use crate::runtime::config::Pin;
 use crate::runtime::error::{Result, Status};
 use crate::runtime::os;
@@ -24,7 +24,9 @@ use std::collections::BTreeMap;
 /// allowed it from being invalidated meanwhile).
 pub enum Access<'a> {
     Heap,
-    Cached(#[allow(dead_code)] RwLockReadGuard<'a, BTreeMap<usize, usize>>),
+    /// Approved without a lock: the context is used by one thread at a time.
+    Unshared,
+    Cached(#[allow(dead_code)] RwLockReadGuard<'a, PeerRegions>),
     Local(#[allow(dead_code)] RwLockReadGuard<'a, BTreeMap<usize, Region>>),
 }
 
@@ -205,7 +207,7 @@ impl CtxInner {
             // Nothing is accessed: valid anywhere.
             return Ok(Access::Heap);
         }
-        let (hb, hl) = self.conduit.remote_heap(rank);
+        let (hb, hl) = self.remote_heaps[rank];
         if addr >= hb && addr.checked_add(len).is_some_and(|e| e <= hb + hl) {
             return Ok(Access::Heap);
         }
@@ -224,7 +226,15 @@ impl CtxInner {
             );
         }
         for _ in 0..4 {
-            if let Some(g) = self.remote.hit(rank, addr, len) {
+            if !self.concurrent {
+                // SAFETY: without MPI_THREAD_MULTIPLE at most one thread is inside the
+                // library (the MPI thread-level contract) and there is no progress
+                // thread, so no handler can change the cache until this call returns.
+                if unsafe { self.remote.hit_unlocked(rank, addr, len) } {
+                    self.count(&self.stats.remote_cache_hits, 1);
+                    return Ok(Access::Unshared);
+                }
+            } else if let Some(g) = self.remote.hit(rank, addr, len) {
                 Stats::add(&self.stats.remote_cache_hits, 1);
                 return Ok(Access::Cached(g));
             }

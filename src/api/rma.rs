@@ -9,7 +9,6 @@
 //! Puts complete remotely (the data is visible at the target), gets locally.
 
 use super::ctx::CtxInner;
-use super::stats::Stats;
 use crate::bail;
 use crate::runtime::error::Result;
 use parking_lot::Mutex;
@@ -142,6 +141,20 @@ impl RmaState {
     }
 }
 
+#[cold]
+#[inline(never)]
+fn rma_arg_error(local: usize, remote: usize, nbytes: usize) -> crate::runtime::error::Error {
+    if local == 0 || remote == 0 {
+        crate::err!(InvalidArg, "a buffer pointer is NULL (nbytes {})", nbytes)
+    } else {
+        crate::err!(
+            InvalidArg,
+            "nbytes {} is too large for the address space",
+            nbytes
+        )
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Dir {
     Put,
@@ -149,23 +162,20 @@ enum Dir {
 }
 
 impl CtxInner {
+    #[inline]
     fn rma_checks(&self, rank: i64, local: usize, remote: usize, nbytes: usize) -> Result<usize> {
         self.check_live()?;
         // RMA may need an access query (a round trip): never from a handler.
         super::am::check_not_in_handler("put/get")?;
         let r = self.check_rank(rank)?;
-        if nbytes > 0 && (local == 0 || remote == 0) {
-            bail!(InvalidArg, "a buffer pointer is NULL (nbytes {})", nbytes);
-        }
-        if nbytes > isize::MAX as usize
-            || local.checked_add(nbytes).is_none()
-            || remote.checked_add(nbytes).is_none()
+        if nbytes > 0
+            && (local == 0
+                || remote == 0
+                || nbytes > isize::MAX as usize
+                || local.checked_add(nbytes).is_none()
+                || remote.checked_add(nbytes).is_none())
         {
-            bail!(
-                InvalidArg,
-                "nbytes {} is too large for the address space",
-                nbytes
-            );
+            return Err(rma_arg_error(local, remote, nbytes));
         }
         Ok(r)
     }
@@ -189,16 +199,7 @@ impl CtxInner {
                 Dir::Get => self.conduit.get(rank, remote, local as *mut u8, nbytes)?,
             }
         }
-        match dir {
-            Dir::Put => {
-                Stats::add(&self.stats.puts, 1);
-                Stats::add(&self.stats.put_bytes, nbytes as u64);
-            }
-            Dir::Get => {
-                Stats::add(&self.stats.gets, 1);
-                Stats::add(&self.stats.get_bytes, nbytes as u64);
-            }
-        }
+        self.count_rma(dir, nbytes);
         Ok(())
     }
 
@@ -214,10 +215,32 @@ impl CtxInner {
         if nbytes == 0 {
             return Ok(());
         }
-        self.issue(dir, r, remote, local, nbytes)?;
-        self.conduit.flush(r)?;
+        {
+            let _proof = self.access(r, remote, nbytes)?;
+            // SAFETY: local is valid for nbytes for the duration of this blocking call
+            // (the public contract); remote was approved by the target (proof held).
+            unsafe {
+                match dir {
+                    Dir::Put => self
+                        .conduit
+                        .put_sync(r, remote, local as *const u8, nbytes)?,
+                    Dir::Get => self.conduit.get_sync(r, remote, local as *mut u8, nbytes)?,
+                }
+            }
+        }
+        self.count_rma(dir, nbytes);
         self.maybe_poll();
         Ok(())
+    }
+
+    #[inline]
+    fn count_rma(&self, dir: Dir, nbytes: usize) {
+        let (ops, bytes) = match dir {
+            Dir::Put => (&self.stats.puts, &self.stats.put_bytes),
+            Dir::Get => (&self.stats.gets, &self.stats.get_bytes),
+        };
+        self.count(ops, 1);
+        self.count(bytes, nbytes as u64);
     }
 
     /// `fh_put`: returns when the data is visible at the target.

@@ -63,8 +63,12 @@ impl Frame<'_> {
     }
 }
 
-/// Encode a frame.
+/// Encode a frame after `headroom` zero bytes (room for the conduit's own prefix, so
+/// the frame is built once and never copied).
+#[allow(clippy::too_many_arguments)]
 pub fn encode(
+    buf: Vec<u8>,
+    headroom: usize,
     category: Category,
     role: Role,
     handler: u8,
@@ -80,7 +84,10 @@ pub fn encode(
         Role::Reply => (category as u8 | KIND_REPLY, handler),
         Role::Control(c) => (KIND_CONTROL, c as u8),
     };
-    let mut v = Vec::with_capacity(HEADER + 8 * args.len() + payload.len());
+    let mut v = buf;
+    v.clear();
+    v.reserve(headroom + HEADER + 8 * args.len() + payload.len());
+    v.resize(headroom, 0);
     v.push(MAGIC);
     v.push(kind);
     v.push(handler);
@@ -178,6 +185,8 @@ mod tests {
     #[test]
     fn round_trip() {
         let f = encode(
+            Vec::new(),
+            0,
             Category::Medium,
             Role::Reply,
             200,
@@ -193,6 +202,8 @@ mod tests {
         assert_eq!(d.args(), &[1, 2, u64::MAX]);
         assert_eq!(d.payload, b"hello");
         let c = encode(
+            Vec::new(),
+            0,
             Category::Short,
             Role::Control(Control::Refused),
             0,
@@ -206,7 +217,17 @@ mod tests {
 
     #[test]
     fn rejects_corruption() {
-        let f = encode(Category::Long, Role::Request, 9, 0, 0x1000, &[7], &[]);
+        let f = encode(
+            Vec::new(),
+            0,
+            Category::Long,
+            Role::Request,
+            9,
+            0,
+            0x1000,
+            &[7],
+            &[],
+        );
         assert!(decode(&f).is_ok());
         assert!(decode(&f[..f.len() - 1]).is_err());
         let mut g = f.clone();
@@ -232,7 +253,7 @@ mod tests {
             payload in proptest::collection::vec(any::<u8>(), 0..64),
             pos in 0usize..400, val in any::<u8>()
         ) {
-            let mut f = encode(Category::Medium, Role::Request, 1, 2, 0, &args, &payload);
+            let mut f = encode(Vec::new(), 0, Category::Medium, Role::Request, 1, 2, 0, &args, &payload);
             let ok = decode(&f).unwrap();
             prop_assert_eq!(ok.args(), &args[..]);
             prop_assert_eq!(ok.payload, &payload[..]);

@@ -30,6 +30,9 @@ pub struct Caps {
     pub thread_multiple: bool,
     /// Bytes a frame may carry (header + arguments + medium payload).
     pub max_frame: usize,
+    /// Bytes the sender leaves free at the start of every frame for the conduit's own
+    /// prefix (`am_send` frames include them; `am_poll` delivers frames without).
+    pub frame_headroom: usize,
     /// Remote atomics are implemented.
     pub atomics: bool,
     /// The conduit checks remote accesses itself (like a NIC's protection check); if
@@ -103,6 +106,26 @@ pub trait Conduit: Send + Sync {
     /// completes; `raddr` must be accessible on `rank`.
     unsafe fn get(&self, rank: usize, raddr: usize, dst: *mut u8, len: usize) -> Result<()>;
 
+    /// Put and complete it (remotely) before returning. Completes nothing else.
+    ///
+    /// # Safety
+    /// As `put`, until this call returns.
+    unsafe fn put_sync(&self, rank: usize, raddr: usize, src: *const u8, len: usize) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.put(rank, raddr, src, len)? };
+        self.flush(rank)
+    }
+
+    /// Get and complete it before returning.
+    ///
+    /// # Safety
+    /// As `get`, until this call returns.
+    unsafe fn get_sync(&self, rank: usize, raddr: usize, dst: *mut u8, len: usize) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.get(rank, raddr, dst, len)? };
+        self.flush(rank)
+    }
+
     /// Complete every put/get to `rank` initiated before this call.
     fn flush(&self, rank: usize) -> Result<()>;
     /// Complete every put/get initiated before this call.
@@ -117,11 +140,17 @@ pub trait Conduit: Send + Sync {
         ))
     }
 
-    /// Send one frame (at most `caps().max_frame` bytes) with an optional long payload.
+    /// Send one frame (`caps().frame_headroom` free bytes, then at most
+    /// `caps().max_frame` bytes) with an optional long payload.
     /// Never blocks on the peer. Returns an id to pass to `send_done` when a borrowed
     /// payload is still in use.
     fn am_send(&self, dest: usize, frame: Vec<u8>, long: Option<LongSrc>)
         -> Result<Option<SendId>>;
+    /// An empty buffer to encode the next frame into (recycled when the conduit can).
+    fn frame_buffer(&self) -> Vec<u8> {
+        Vec::new()
+    }
+
     /// True when the borrowed payload of send `id` may be reused.
     fn send_done(&self, id: SendId) -> Result<bool>;
     /// Deliver arrived frames to `sink`; returns how many were delivered. If another

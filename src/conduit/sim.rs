@@ -95,6 +95,7 @@ impl SimWorld {
                 name: "sim",
                 thread_multiple: true,
                 max_frame,
+                frame_headroom: 0,
                 atomics: false,
                 checks_remote_access: true,
             },

@@ -165,30 +165,74 @@ pub fn covered<V>(
     }
 }
 
+/// One peer's cached regions.
+pub struct PeerRegions {
+    /// start -> end. Invariant: non-overlapping.
+    map: BTreeMap<usize, usize>,
+    /// The most recently inserted region (checked before the map: the common case is
+    /// repeated access to the region just approved). Invariant: present in `map`, or
+    /// (0, 0).
+    recent: (usize, usize),
+}
+
+impl PeerRegions {
+    #[inline]
+    fn covers(&self, addr: usize, len: usize) -> bool {
+        let Some(end) = addr.checked_add(len) else {
+            return false;
+        };
+        if addr >= self.recent.0 && end <= self.recent.1 {
+            return true;
+        }
+        covered(&self.map, addr, len, |e| *e)
+    }
+}
+
 pub struct RemoteCache {
-    per_rank: Vec<RwLock<BTreeMap<usize, usize>>>,
+    per_rank: Vec<RwLock<PeerRegions>>,
 }
 
 impl RemoteCache {
     pub fn new(size: usize) -> RemoteCache {
         RemoteCache {
-            per_rank: (0..size).map(|_| RwLock::new(BTreeMap::new())).collect(),
+            per_rank: (0..size)
+                .map(|_| {
+                    RwLock::new(PeerRegions {
+                        map: BTreeMap::new(),
+                        recent: (0, 0),
+                    })
+                })
+                .collect(),
         }
     }
 
     /// Read guard on `rank`'s table if it covers the range (a hit), else `None`.
+    #[inline]
     pub fn hit(
         &self,
         rank: usize,
         addr: usize,
         len: usize,
-    ) -> Option<RwLockReadGuard<'_, BTreeMap<usize, usize>>> {
+    ) -> Option<RwLockReadGuard<'_, PeerRegions>> {
         let g = self.per_rank[rank].read();
-        covered(&g, addr, len, |e| *e).then_some(g)
+        g.covers(addr, len).then_some(g)
+    }
+
+    /// As `hit`, without taking the lock.
+    ///
+    /// # Safety
+    /// No other thread may modify this cache for the duration of the caller's use of
+    /// the answer (the context is used by one thread at a time, and handlers, the only
+    /// other writers, run inside that thread's polls).
+    #[inline]
+    pub unsafe fn hit_unlocked(&self, rank: usize, addr: usize, len: usize) -> bool {
+        // SAFETY: no concurrent writer (caller's contract), so a shared read is sound.
+        unsafe { (*self.per_rank[rank].data_ptr()).covers(addr, len) }
     }
 
     pub fn insert(&self, rank: usize, start: usize, end: usize) {
-        let mut m = self.per_rank[rank].write();
+        let mut g = self.per_rank[rank].write();
+        let m = &mut g.map;
         // Drop stale overlapping entries (the target's answer is authoritative).
         let stale: Vec<usize> = m
             .range(..end)
@@ -203,18 +247,23 @@ impl RemoteCache {
             m.iter().zip(m.iter().skip(1)).all(|(a, b)| a.1 <= b.0),
             "cache entries overlap"
         );
+        g.recent = (start, end);
     }
 
     /// Forget every entry of `rank` overlapping `[start, end)`; returns how many.
     pub fn invalidate(&self, rank: usize, start: usize, end: usize) -> usize {
-        let mut m = self.per_rank[rank].write();
-        let stale: Vec<usize> = m
+        let mut g = self.per_rank[rank].write();
+        let stale: Vec<usize> = g
+            .map
             .range(..end)
             .filter(|(_, &e)| e > start)
             .map(|(&s, _)| s)
             .collect();
         for s in &stale {
-            m.remove(s);
+            g.map.remove(s);
+        }
+        if g.recent.0 < end && g.recent.1 > start {
+            g.recent = (0, 0);
         }
         stale.len()
     }

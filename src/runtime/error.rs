@@ -85,20 +85,46 @@ impl Status {
     }
 }
 
-/// An error: a status plus a human-readable message.
+/// What an [`Error`] carries.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Error {
+pub struct ErrorInfo {
     pub status: Status,
     pub msg: String,
 }
 
+/// An error: a status plus a human-readable message. Boxed so that `Result<(), Error>`
+/// is one pointer (returned in a register on the fast paths); fields are reached
+/// through `Deref` (`e.status`, `e.msg`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Error(Box<ErrorInfo>);
+
 impl Error {
+    #[cold]
     pub fn new(status: Status, msg: impl Into<String>) -> Error {
         debug_assert!(status.code() < 0, "an Error must carry a negative status");
-        Error {
+        Error(Box::new(ErrorInfo {
             status,
             msg: msg.into(),
-        }
+        }))
+    }
+}
+
+impl std::ops::Deref for Error {
+    type Target = ErrorInfo;
+    fn deref(&self) -> &ErrorInfo {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Error {
+    fn deref_mut(&mut self) -> &mut ErrorInfo {
+        &mut self.0
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
     }
 }
 
@@ -111,6 +137,8 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+const _: () = assert!(std::mem::size_of::<std::result::Result<(), Error>>() == 8);
 
 pub type Result<T> = std::result::Result<T, Error>;
 

@@ -186,10 +186,17 @@ pub fn error_string(rc: c_int) -> String {
 }
 
 /// Turn an MPI return code into a `Result`, naming the call.
+#[inline]
 pub fn check(rc: c_int, what: impl FnOnce() -> String) -> Result<()> {
     if rc == ffi::MPI_SUCCESS as c_int {
         Ok(())
     } else {
-        Err(err!(Mpi, "{} failed: {}", what(), error_string(rc)))
+        Err(mpi_error(rc, what()))
     }
+}
+
+#[cold]
+#[inline(never)]
+fn mpi_error(rc: c_int, what: String) -> crate::runtime::error::Error {
+    err!(Mpi, "{} failed: {}", what, error_string(rc))
 }
