@@ -63,6 +63,7 @@ check-header:
 	@diff -u include/firehose.h $(BUILD)/firehose.h.new || \
 	  (echo "include/firehose.h is out of date: run 'make header' and commit it" >&2; exit 1)
 	@echo "header: include/firehose.h matches the code"
+	@scripts/check-fortran.sh
 
 # Fortran module (firehose.mod) and its object.
 fortran: $(BUILD)/fortran/firehose.o
