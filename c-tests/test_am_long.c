@@ -230,6 +230,10 @@ int main(int argc, char **argv) {
 
   /* 4. reply_long to memory the requester never registered: the requester refuses it
    *    and fh_poll on the replier reports FH_ERR_ACCESS. */
+  /* Everyone must have left the polling barrier before anyone sends: a rank still
+   * polling there would run the bad reply and see the refusal in the barrier. No
+   * firehose traffic is pending, so a plain MPI barrier is safe here. */
+  MPI_Barrier(MPI_COMM_WORLD);
   uint64_t bad = (uint64_t)(uintptr_t)unreg;
   CHECK_OK(fh_am_request_short(ctx, right, H_BADREPLY, &bad, 1));
   int rc = FH_OK;

@@ -118,6 +118,9 @@ static void back_pressure(int credits) {
   poll_barrier();
   long c0 = cnts;
   if (me == 0) {
+    /* Wait until rank 1 has left the polling barrier: from then on it does not poll. */
+    int ready = 0;
+    MPI_Recv(&ready, 1, MPI_INT, 1, 78, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     for (int i = 0; i < credits; i++) CHECK_OK(fh_am_request_short(ctx, 1, H_CNT, NULL, 0));
     double t0 = MPI_Wtime();
     int go = 1;
@@ -128,6 +131,8 @@ static void back_pressure(int credits) {
           credits, credits + 1, dt, hold);
   } else {
     /* Do not poll: the first `credits` requests must not need us. */
+    int ready = 1;
+    MPI_Send(&ready, 1, MPI_INT, 0, 78, MPI_COMM_WORLD);
     int go = 0, done = 0;
     MPI_Request r;
     MPI_Irecv(&go, 1, MPI_INT, 0, 77, MPI_COMM_WORLD, &r);

@@ -178,7 +178,7 @@ typedef struct fh_config_t {
    */
   size_t am_max_long;
   /**
-   * FH_AM_CREDITS: requests outstanding per peer.
+   * FH_AM_CREDITS: requests outstanding per peer (0 = auto).
    */
   unsigned int am_credits;
   /**

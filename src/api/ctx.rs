@@ -307,7 +307,7 @@ impl CtxInner {
             rank,
             size,
             concurrent,
-            am: AmState::new(size, cfg.am_credits),
+            am: AmState::new(size, cfg.credits_for(size)),
             rma: RmaState::new(size),
             heap: Heap::new(hb, hl),
             local_regs: LocalRegions::new(size),

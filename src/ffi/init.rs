@@ -39,7 +39,7 @@ pub struct fh_config_t {
     pub am_max_medium: usize,
     /// FH_AM_MAX_LONG: largest long AM payload.
     pub am_max_long: usize,
-    /// FH_AM_CREDITS: requests outstanding per peer.
+    /// FH_AM_CREDITS: requests outstanding per peer (0 = auto).
     pub am_credits: c_uint,
     /// FH_AM_RECV_BUFFERS: pre-posted AM receive buffers.
     pub am_recv_buffers: c_uint,

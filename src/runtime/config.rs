@@ -62,6 +62,7 @@ pub struct Config {
     pub heap_size: usize,
     pub am_max_medium: usize,
     pub am_max_long: usize,
+    /// 0 = auto (see [`Config::credits_for`]).
     pub am_credits: usize,
     pub am_recv_buffers: usize,
     pub pin: Pin,
@@ -154,13 +155,19 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_AM_CREDITS",
-        default: "16",
-        help: "AM requests a rank may have unhandled at each peer (flow control)",
+        default: "auto",
+        help: "AM requests a rank may have unhandled at each peer (flow control); auto: 4096/ranks, between 8 and 64",
         set: |c, v| {
-            c.am_credits = parse_count(v, 1, 4096)?;
+            c.am_credits = if v == "auto" { 0 } else { parse_count(v, 1, 4096)? };
             Ok(())
         },
-        show: |c| c.am_credits.to_string(),
+        show: |c| {
+            if c.am_credits == 0 {
+                "auto".into()
+            } else {
+                c.am_credits.to_string()
+            }
+        },
     },
     Setting {
         name: "FH_AM_RECV_BUFFERS",
@@ -308,6 +315,18 @@ impl Config {
         Ok(())
     }
 
+    /// Request credits per peer for a job of `ranks` ranks: the setting, or with
+    /// `auto` 4096/ranks clamped to 8..=64 — a deep window for small jobs (streams do
+    /// not stall on a busy target) while the frames one rank can be sent stay bounded
+    /// (ranks x credits) at scale.
+    pub fn credits_for(&self, ranks: usize) -> usize {
+        if self.am_credits > 0 {
+            self.am_credits
+        } else {
+            (4096 / ranks.max(1)).clamp(8, 64)
+        }
+    }
+
     /// The value of setting `i` as text.
     pub fn show(&self, i: usize) -> String {
         (SETTINGS[i].show)(self)
@@ -414,6 +433,10 @@ mod tests {
     fn defaults_parse_and_layers_apply_in_order() {
         let d = Config::defaults();
         assert_eq!(d.progress, Progress::Poll);
+        assert_eq!(
+            (d.credits_for(2), d.credits_for(128), d.credits_for(100_000)),
+            (64, 32, 8)
+        );
         assert!(d.sources.iter().all(|s| *s == Source::Default));
 
         let over = [
