@@ -42,7 +42,7 @@ EXAMPLES := $(patsubst mpi-examples/%.c,$(BUILD)/examples/%,$(wildcard mpi-examp
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
 .PHONY: all deps lib header check-header fortran examples c-tests test test-rust \
-        test-c test-c-mpich test-fortran test-pkgconfig test-dlopen test-mismatch lint demo bench \
+        test-c test-c-mpich test-fortran test-pkgconfig test-dlopen test-mismatch stress lint demo bench \
         install uninstall clean
 
 all: lib fortran
@@ -124,7 +124,11 @@ test-mismatch:
 	  -L$(CURDIR)/target/mpich/release -Wl,-rpath,$(CURDIR)/target/mpich/release -lfirehose
 	timeout 60 mpirun.openmpi -np 1 build/mismatch
 
-test: deps lint test-rust check-header lib test-c test-c-mpich test-fortran test-pkgconfig test-dlopen test-mismatch
+# 10^6 random puts, gets and AMs across 8 ranks, every result checked.
+stress: c-tests
+	FH_STRESS_OPS=125000 timeout 600 $(MPIEXEC) $(MPIEXEC_FLAGS) -x FH_STRESS_OPS -np 8 $(BUILD)/c-tests/test_stress
+
+test: deps lint test-rust check-header lib test-c test-c-mpich test-fortran test-pkgconfig test-dlopen test-mismatch stress
 	@echo "make test: all suites passed"
 
 demo: lib $(BUILD)/examples/demo
