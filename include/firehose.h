@@ -24,6 +24,8 @@
  *    (FH_PROGRESS=thread). They must not block; they may call fh_am_reply_* (once,
  *    from request handlers), fh_am_source, fh_rank, fh_size, fh_am_max_*,
  *    fh_strerror, fh_last_error. Blocking calls return FH_ERR_STATE inside handlers.
+ *  - Handlers must return normally: no longjmp and no C++ exception may leave a
+ *    handler (it would unwind through the library's frames).
  */
 
 
