@@ -61,7 +61,7 @@ static inline void op(int v, int is_put, size_t off, size_t n) {
  * BATCH operations of each variant alternate (rotating which goes first). With
  * per_sample = 1 every operation is timed on its own; with per_sample = BATCH a
  * batch is timed as a whole and yields one sample (time / BATCH), which also
- * charges firehose's periodic AM polling (every 8th call) to the operations. */
+ * charges firehose's periodic AM polling (every 32nd call) to the operations. */
 static void measure_blocking(int is_put, size_t n, int iters, samples_t *s, const int *which, int nwhich,
                              int per_sample) {
   for (int v = 0; v < NV; v++) samples_reset(&s[v]);
@@ -206,8 +206,8 @@ int main(int argc, char **argv) {
     if (memcmp(src, dst, 1 << 16) != 0) BENCH_DIE("registered put/get returned wrong data");
 
     /* 8 bytes again, every operation timed on its own: the median then excludes
-     * the AM poll firehose runs every 8th call; the mean includes it. */
-    printf("\n== bench_rma: 8-byte ops timed one by one (median excludes firehose's every-8th-call AM poll)\n");
+     * the AM poll firehose runs every 32nd call; the mean includes it. */
+    printf("\n== bench_rma: 8-byte ops timed one by one (median excludes firehose's every-32nd-call AM poll)\n");
     for (int is_put = 1; is_put >= 0; is_put--) {
       measure_blocking(is_put, 8, 32000, s, all4, 4, 1);
       const char *names[2][2] = {{"get_registered_single_op", "get_heap_single_op"},
