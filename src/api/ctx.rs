@@ -486,8 +486,3 @@ impl CtxInner {
 fn not_live() -> Error {
     err!(State, "context is finalized")
 }
-
-/// Convenience for errors raised on behalf of C callers.
-pub fn internal(msg: &str) -> Error {
-    err!(Internal, "{}", msg)
-}

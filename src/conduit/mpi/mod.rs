@@ -1064,7 +1064,7 @@ pub fn world_fint() -> c_int {
     unsafe { ffi::RSMPI_Comm_c2f(ffi::RSMPI_COMM_WORLD) }
 }
 
-/// Wrap an error with the MPI context it came from (for messages).
+/// The MPI name of a thread level (for messages and fh_config_print).
 pub fn describe_level(l: ThreadLevel) -> &'static str {
     match l {
         ThreadLevel::Single => "MPI_THREAD_SINGLE",
