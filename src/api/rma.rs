@@ -220,11 +220,17 @@ impl CtxInner {
             // SAFETY: local is valid for nbytes for the duration of this blocking call
             // (the public contract); remote was approved by the target (proof held).
             unsafe {
-                match dir {
-                    Dir::Put => self
-                        .conduit
-                        .put_sync(r, remote, local as *const u8, nbytes)?,
-                    Dir::Get => self.conduit.get_sync(r, remote, local as *mut u8, nbytes)?,
+                match (&self.mpi, dir) {
+                    // Static dispatch on the MPI conduit: the whole path inlines.
+                    (Some(m), Dir::Put) => m.put_now(r, remote, local as *const u8, nbytes)?,
+                    (Some(m), Dir::Get) => m.get_now(r, remote, local as *mut u8, nbytes)?,
+                    (None, Dir::Put) => {
+                        self.conduit
+                            .put_sync(r, remote, local as *const u8, nbytes)?
+                    }
+                    (None, Dir::Get) => {
+                        self.conduit.get_sync(r, remote, local as *mut u8, nbytes)?
+                    }
                 }
             }
         }

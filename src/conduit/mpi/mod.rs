@@ -318,6 +318,38 @@ impl MpiConduit {
         }
     }
 
+    /// `Conduit::put_sync` without dynamic dispatch (the blocking fast path).
+    ///
+    /// # Safety
+    /// As `Conduit::put_sync`.
+    #[inline]
+    pub unsafe fn put_now(
+        &self,
+        rank: usize,
+        raddr: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.rma(true, rank, raddr, src as *mut u8, len, true) }
+    }
+
+    /// `Conduit::get_sync` without dynamic dispatch.
+    ///
+    /// # Safety
+    /// As `Conduit::get_sync`.
+    #[inline]
+    pub unsafe fn get_now(
+        &self,
+        rank: usize,
+        raddr: usize,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.rma(false, rank, raddr, dst, len, true) }
+    }
+
     /// The MPI thread level is MULTIPLE (threads call MPI directly).
     pub fn thread_multiple(&self) -> bool {
         self.caps.thread_multiple
@@ -451,6 +483,7 @@ impl MpiConduit {
     /// # Safety
     /// `local` must be valid (readable for puts, writable for gets) for `len` bytes
     /// until the operation completes; `raddr` must be accessible on `rank`.
+    #[inline]
     unsafe fn rma(
         &self,
         is_put: bool,
