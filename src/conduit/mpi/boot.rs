@@ -14,8 +14,15 @@ use parking_lot::Mutex;
 use std::os::raw::{c_char, c_int};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-/// Which MPI this library was built against ("openmpi", "mpich" or "unknown").
-pub const BUILT_FOR: &str = env!("FH_MPI_VENDOR");
+/// Which MPI family this library was compiled against, read from the compiled-in
+/// ABI itself (so it can never disagree with what is linked): Open MPI's handles are
+/// pointers, the MPICH family's (MPICH, Intel MPI, MVAPICH) are `int`s.
+pub const BUILT_FOR: &str = if std::mem::size_of::<ffi::MPI_Comm>() == std::mem::size_of::<c_int>()
+{
+    "mpich"
+} else {
+    "openmpi"
+};
 
 static OWNED: AtomicBool = AtomicBool::new(false);
 static LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -51,7 +58,7 @@ pub fn check_library() -> Result<()> {
     } else {
         "unknown"
     };
-    if BUILT_FOR != "unknown" && runs != "unknown" && runs != BUILT_FOR {
+    if runs != "unknown" && runs != BUILT_FOR {
         bail!(
             Mpi,
             "libfirehose was built against {} but this program runs under {} ({}); \
