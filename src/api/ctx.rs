@@ -221,10 +221,6 @@ impl Context {
         }
     }
 
-    pub fn has_progress_thread(&self) -> bool {
-        self.progress.lock().is_some()
-    }
-
     /// Collective teardown. Never finalizes an MPI the library did not initialise.
     pub fn finalize(&self) -> Result<()> {
         am::check_not_in_handler("fh_finalize")?;

@@ -35,9 +35,6 @@ pub struct Caps {
     pub frame_headroom: usize,
     /// Remote atomics are implemented.
     pub atomics: bool,
-    /// The conduit checks remote accesses itself (like a NIC's protection check); if
-    /// false the layer above must only issue accesses to registered memory.
-    pub checks_remote_access: bool,
 }
 
 /// A bulk payload to send with a frame.
@@ -154,7 +151,8 @@ pub trait Conduit: Send + Sync {
     /// True when the borrowed payload of send `id` may be reused.
     fn send_done(&self, id: SendId) -> Result<bool>;
     /// Deliver arrived frames to `sink`; returns how many were delivered. If another
-    /// thread is already polling, returns 0 at once.
+    /// thread is already polling, returns 0 at once. A frame the conduit itself cannot
+    /// parse is delivered as an empty frame (so the layer above counts it).
     fn am_poll(&self, sink: &mut Sink<'_>) -> Result<usize>;
 
     /// Called by wait loops when nothing completed: yield the CPU, or (sim) run the

@@ -97,7 +97,6 @@ impl SimWorld {
                 max_frame,
                 frame_headroom: 0,
                 atomics: false,
-                checks_remote_access: true,
             },
         })
     }

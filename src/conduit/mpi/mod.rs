@@ -29,7 +29,7 @@ use mpi::ffi;
 use parking_lot::{Mutex, ReentrantMutex, ReentrantMutexGuard};
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 /// Tag of AM frames.
 const TAG_AM: c_int = 1;
@@ -116,7 +116,6 @@ pub struct MpiConduit {
     max_long: usize,
     verbose: bool,
     finalized: AtomicBool,
-    pub malformed_frames: AtomicU64,
     /// Owned sends not yet complete (`send.reqs.len()`, readable without the lock).
     sends_pending: AtomicUsize,
     /// Recycled small frame buffers (bounded: at most POOL_MAX of at most POOL_BUF).
@@ -274,7 +273,6 @@ impl MpiConduit {
                     max_frame,
                     frame_headroom: PREFIX,
                     atomics: false,
-                    checks_remote_access: false,
                 },
                 rank,
                 size,
@@ -303,7 +301,6 @@ impl MpiConduit {
                 max_long: cfg.am_max_long,
                 verbose: cfg.verbose,
                 finalized: AtomicBool::new(false),
-                malformed_frames: AtomicU64::new(0),
                 sends_pending: AtomicUsize::new(0),
                 pool: Mutex::new(Vec::new()),
             };
@@ -348,11 +345,6 @@ impl MpiConduit {
     ) -> Result<()> {
         // SAFETY: forwarded contract.
         unsafe { self.rma(false, rank, raddr, dst, len, true) }
-    }
-
-    /// The MPI thread level is MULTIPLE (threads call MPI directly).
-    pub fn thread_multiple(&self) -> bool {
-        self.caps.thread_multiple
     }
 
     pub fn heap_locked(&self) -> bool {
@@ -578,7 +570,8 @@ impl MpiConduit {
             count >= PREFIX && u16::from_le_bytes([buf[0], buf[1]]) == MAGIC && src < self.size;
         let mut delivered = 0;
         if !ok {
-            self.malformed_frames.fetch_add(1, Ordering::Relaxed);
+            // Counted by the layer above as a malformed frame.
+            sink(src.min(self.size.saturating_sub(1)), &mut [], None);
             if self.verbose {
                 eprintln!(
                     "firehose[{}]: dropped a malformed {}-byte AM frame from rank {}",
@@ -593,8 +586,8 @@ impl MpiConduit {
                 if llen > self.max_long
                     || !(LONG_TAG_BASE..LONG_TAG_BASE + LONG_TAG_SPAN).contains(&tag)
                 {
-                    // Cannot know what to drain: refuse the frame.
-                    self.malformed_frames.fetch_add(1, Ordering::Relaxed);
+                    // Cannot know what to drain: refuse the frame (counted above).
+                    sink(src, &mut [], None);
                 } else {
                     let mut l = MpiLong {
                         c: self,
