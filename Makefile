@@ -133,8 +133,9 @@ stress: c-tests
 test: deps lint test-rust check-header lib test-c test-c-mpich test-fortran test-pkgconfig test-dlopen test-mismatch stress
 	@echo "make test: all suites passed"
 
-demo: lib $(BUILD)/examples/demo
+demo: lib $(BUILD)/examples/demo $(BUILD)/examples/bitonic
 	timeout 300 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/demo
+	FH_STATS=1 timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/bitonic
 
 bench: lib $(BENCHES)
 	@mkdir -p bench-results

@@ -23,7 +23,7 @@ enum { H_OK = 200, H_OK_REP = 201, H_INSIDE = 202, H_INSIDE_REP = 203, H_UNREGIS
 
 static fh_ctx_t *ctx;
 static int me, np, right;
-static void *heaps[256], *users[256], *unregs[256];
+static void *heaps[256], *users[256], *unregs[256], *holes[256];
 static unsigned char *heap, *user, *unreg;
 #define USER_LEN ((size_t)65536)
 
@@ -340,22 +340,21 @@ static void access_errors(void) {
   memset(buf, 7, sizeof buf);
   fh_handle_t h = 777;
   poll_barrier(); /* everyone polls while the targets answer the access queries below */
-  CHECK_RC(fh_put(ctx, right, unregs[right], buf, 8), FH_ERR_ACCESS);
-  CHECK_RC(fh_get(ctx, buf, right, unregs[right], 8), FH_ERR_ACCESS);
+  CHECK_RC(fh_put(ctx, right, holes[right], buf, 8), FH_ERR_ACCESS);
+  CHECK_RC(fh_get(ctx, buf, right, holes[right], 8), FH_ERR_ACCESS);
   CHECK_RC(fh_put(ctx, right, (void *)0x1000, buf, 8), FH_ERR_ACCESS);
   CHECK_RC(fh_get(ctx, buf, right, (void *)0x1000, 8), FH_ERR_ACCESS);
-  CHECK_RC(fh_put_nb(ctx, right, unregs[right], buf, 8, &h), FH_ERR_ACCESS);
-  CHECK_RC(fh_get_nb(ctx, buf, right, unregs[right], 8, &h), FH_ERR_ACCESS);
+  CHECK_RC(fh_put_nb(ctx, right, holes[right], buf, 8, &h), FH_ERR_ACCESS);
+  CHECK_RC(fh_get_nb(ctx, buf, right, holes[right], 8, &h), FH_ERR_ACCESS);
   CHECK(h == 777, "h_out written by a failed call");
-  CHECK_RC(fh_put_nbi(ctx, right, unregs[right], buf, 8), FH_ERR_ACCESS);
-  CHECK_RC(fh_get_nbi(ctx, buf, right, unregs[right], 8), FH_ERR_ACCESS);
+  CHECK_RC(fh_put_nbi(ctx, right, holes[right], buf, 8), FH_ERR_ACCESS);
+  CHECK_RC(fh_get_nbi(ctx, buf, right, holes[right], 8), FH_ERR_ACCESS);
+  /* Long AM destinations must be registered (or heap) memory, mapped or not. */
   CHECK_RC(fh_am_request_long(ctx, right, H_OK, buf, 8, unregs[right], NULL, 0), FH_ERR_ACCESS);
-  /* Running past the end of a registration. */
-  CHECK_RC(fh_put(ctx, right, (unsigned char *)users[right] + USER_LEN - 10, buf, 100), FH_ERR_ACCESS);
-  CHECK_RC(fh_get(ctx, buf, right, (unsigned char *)users[right] + USER_LEN - 10, 100), FH_ERR_ACCESS);
-  /* This rank's own unregistered memory. */
-  CHECK_RC(fh_put(ctx, me, unreg, buf, 8), FH_ERR_ACCESS);
-  CHECK_RC(fh_get(ctx, buf, me, unreg, 8), FH_ERR_ACCESS);
+  CHECK_RC(fh_am_request_long(ctx, right, H_OK, buf, 8, holes[right], NULL, 0), FH_ERR_ACCESS);
+  /* This rank's own unmapped memory. */
+  CHECK_RC(fh_put(ctx, me, holes[me], buf, 8), FH_ERR_ACCESS);
+  CHECK_RC(fh_get(ctx, buf, me, holes[me], 8), FH_ERR_ACCESS);
   CHECK_RC(fh_put(ctx, me, (void *)0x1000, buf, 8), FH_ERR_ACCESS);
   CHECK_RC(fh_wait_nbi(ctx, FH_NBI_ALL), FH_OK); /* nothing was issued */
   poll_barrier();
@@ -651,6 +650,12 @@ int main(int argc, char **argv) {
   exchange_ptrs(heap, heaps, MPI_COMM_WORLD);
   exchange_ptrs(user, users, MPI_COMM_WORLD);
   exchange_ptrs(unreg, unregs, MPI_COMM_WORLD);
+  /* An address range that is not mapped at all (firehose reaches any mapped
+   * address; only unmapped ones are refused). */
+  void *hole = mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(hole != MAP_FAILED, "mmap");
+  CHECK(munmap(hole, 2 * 4096) == 0, "munmap");
+  exchange_ptrs(hole, holes, MPI_COMM_WORLD);
   CHECK_OK(fh_am_register(ctx, H_OK, h_ok, NULL));
   CHECK_OK(fh_am_register(ctx, H_OK_REP, h_ok_rep, NULL));
   CHECK_OK(fh_am_register(ctx, H_INSIDE, h_inside, NULL));

@@ -3,7 +3,8 @@
 ! Every function of firehose.h is available under the same name through a bind(C)
 ! interface, with the header's constants as named parameters and fh_config_t as an
 ! interoperable derived type. The rules of firehose.h apply unchanged (statuses,
-! handler rules, threads); read it for what each call does.
+! handler rules, threads); read it for what each call does. fh_stats_t is an
+! interoperable derived type too.
 !
 ! Mapping of the C types:
 !   fh_ctx_t *, fh_token_t *, void * buffers, const char *, fh_config_t *
@@ -17,6 +18,13 @@
 !   int, unsigned int          integer(c_int), value
 !   fh_am_handler_t            type(c_funptr), value  (c_funloc of a bind(C)
 !                              subroutine with the fh_am_handler interface below)
+!   fh_pin_t *, fh_stats_t *   type(c_ptr), value      (c_loc(stats) for fh_stats_t)
+!   fh_pin_t **pin_out         type(c_ptr), intent(out)
+!   const void **addr_out      type(c_ptr), intent(out)
+!   size_t *len_out            integer(c_size_t), intent(out)
+!   fh_pin_cb_t                type(c_funptr), value  (c_funloc of a bind(C)
+!                              subroutine with the fh_pin_cb interface below, or
+!                              c_null_funptr to block)
 !   int comm_f                 integer(c_int), value: the Fortran MPI communicator
 !                              handle itself (e.g. MPI_COMM_WORLD from `use mpi`)
 !
@@ -91,6 +99,44 @@ module firehose
     integer(c_int) :: verbose
   end type fh_config_t
 
+  ! Firehose and RMA statistics (mirrors struct fh_stats_t; every field is a C
+  ! uint64_t, integer(c_int64_t) here). Set struct_size = c_sizeof(stats), then
+  ! fh_stats_get(ctx, c_loc(stats)).
+  type, bind(C) :: fh_stats_t
+    integer(c_int64_t) :: struct_size
+    integer(c_int64_t) :: hits
+    integer(c_int64_t) :: misses
+    integer(c_int64_t) :: pending_hits
+    integer(c_int64_t) :: local_hits
+    integer(c_int64_t) :: local_misses
+    integer(c_int64_t) :: try_hits
+    integer(c_int64_t) :: try_misses
+    integer(c_int64_t) :: partial_pins
+    integer(c_int64_t) :: moves_sent
+    integer(c_int64_t) :: moves_handled
+    integer(c_int64_t) :: putinmove
+    integer(c_int64_t) :: pins
+    integer(c_int64_t) :: unpins
+    integer(c_int64_t) :: bytes_pinned
+    integer(c_int64_t) :: bytes_pinned_peak
+    integer(c_int64_t) :: limit_bytes
+    integer(c_int64_t) :: victim_local_bytes
+    integer(c_int64_t) :: victim_remote
+    integer(c_int64_t) :: firehoses_used
+    integer(c_int64_t) :: firehoses_per_peer
+    integer(c_int64_t) :: mode
+    integer(c_int64_t) :: unit_bytes
+    integer(c_int64_t) :: stall_ns
+    integer(c_int64_t) :: am_sent
+    integer(c_int64_t) :: am_handled
+    integer(c_int64_t) :: access_refused
+    integer(c_int64_t) :: mlock_failures
+    integer(c_int64_t) :: puts
+    integer(c_int64_t) :: gets
+    integer(c_int64_t) :: put_bytes
+    integer(c_int64_t) :: get_bytes
+  end type fh_stats_t
+
   ! The interface an active message handler must have (pass c_funloc(handler)).
   ! args points to nargs 64-bit arguments (c_f_pointer(args, a, [nargs])); buf to
   ! nbytes of payload. Both are valid only during the call.
@@ -104,6 +150,17 @@ module firehose
       integer(c_size_t), value :: nargs
       type(c_ptr), value :: user
     end subroutine fh_am_handler
+  end interface
+
+  ! The interface of a fh_remote_pin callback (pass c_funloc(callback)): pin is the
+  ! new pin (the callback owns it: fh_release it) or c_null_ptr with an error status.
+  abstract interface
+    subroutine fh_pin_cb(pin, status, arg) bind(C)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: pin
+      integer(c_int), value :: status
+      type(c_ptr), value :: arg
+    end subroutine fh_pin_cb
   end interface
 
   interface
@@ -446,6 +503,95 @@ module firehose
       type(c_ptr), value :: ctx
       integer(c_size_t) :: fh_am_max_long
     end function fh_am_max_long
+
+    ! ---- firehose: explicit pins and statistics ----
+    function fh_local_pin(ctx, addr, len, pin_out) bind(C, name="fh_local_pin")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: addr
+      integer(c_size_t), value :: len
+      type(c_ptr), intent(out) :: pin_out
+      integer(c_int) :: fh_local_pin
+    end function fh_local_pin
+
+    function fh_try_local_pin(ctx, addr, len, pin_out) bind(C, name="fh_try_local_pin")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: addr
+      integer(c_size_t), value :: len
+      type(c_ptr), intent(out) :: pin_out
+      integer(c_int) :: fh_try_local_pin
+    end function fh_try_local_pin
+
+    function fh_partial_local_pin(ctx, addr, len, pin_out) bind(C, name="fh_partial_local_pin")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: addr
+      integer(c_size_t), value :: len
+      type(c_ptr), intent(out) :: pin_out
+      integer(c_int) :: fh_partial_local_pin
+    end function fh_partial_local_pin
+
+    function fh_remote_pin(ctx, rank, raddr, len, flags, cb, arg, pin_out) bind(C, name="fh_remote_pin")
+      import :: c_int, c_ptr, c_size_t, c_funptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_size_t), value :: len
+      integer(c_int), value :: flags
+      type(c_funptr), value :: cb
+      type(c_ptr), value :: arg
+      type(c_ptr), intent(out) :: pin_out
+      integer(c_int) :: fh_remote_pin
+    end function fh_remote_pin
+
+    function fh_try_remote_pin(ctx, rank, raddr, len, pin_out) bind(C, name="fh_try_remote_pin")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_size_t), value :: len
+      type(c_ptr), intent(out) :: pin_out
+      integer(c_int) :: fh_try_remote_pin
+    end function fh_try_remote_pin
+
+    function fh_partial_remote_pin(ctx, rank, raddr, len, pin_out) bind(C, name="fh_partial_remote_pin")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_size_t), value :: len
+      type(c_ptr), intent(out) :: pin_out
+      integer(c_int) :: fh_partial_remote_pin
+    end function fh_partial_remote_pin
+
+    function fh_pin_bounds(pin, addr_out, len_out) bind(C, name="fh_pin_bounds")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: pin
+      type(c_ptr), intent(out) :: addr_out
+      integer(c_size_t), intent(out) :: len_out
+      integer(c_int) :: fh_pin_bounds
+    end function fh_pin_bounds
+
+    function fh_release(ctx, pin) bind(C, name="fh_release")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: pin
+      integer(c_int) :: fh_release
+    end function fh_release
+
+    function fh_stats_get(ctx, out) bind(C, name="fh_stats_get")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: out
+      integer(c_int) :: fh_stats_get
+    end function fh_stats_get
+
+    function fh_stats_reset(ctx) bind(C, name="fh_stats_reset")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int) :: fh_stats_reset
+    end function fh_stats_reset
   end interface
 
 contains

@@ -141,6 +141,12 @@ typedef struct fh_token_t fh_token_t;
 typedef struct fh_ctx_t fh_ctx_t;
 
 /**
+ * Opaque pin (`fh_pin_t *`): a range kept pinned (locally, or remotely through this
+ * rank's firehoses) until fh_release.
+ */
+typedef struct fh_pin_t fh_pin_t;
+
+/**
  * An AM handler: `buf`/`nbytes` is the payload (NULL/0 for short messages; for long
  * messages, the destination where the payload already landed), `args`/`nargs` the
  * 64-bit arguments, `user` the pointer given to fh_am_register.
@@ -151,6 +157,112 @@ typedef void (*fh_am_handler_t)(struct fh_token_t *token,
                                 const uint64_t *args,
                                 size_t nargs,
                                 void *user);
+
+/**
+ * Completion callback of a non-blocking fh_remote_pin: `pin` is the new pin (the
+ * callback owns it and must fh_release it eventually) or NULL when `status` is an
+ * error. Runs inside a later library call on the same context (fh_poll or any call
+ * that polls), with handler rules: it must not block (no blocking fh_* call).
+ */
+typedef void (*fh_pin_cb_t)(struct fh_pin_t *pin, int status, void *arg);
+
+/**
+ * Firehose and RMA statistics of one context (fh_stats_get). Counters count since
+ * init or the last fh_stats_reset; `bytes_pinned`, `victim_*`, `firehoses_used` are
+ * current levels; `limit_bytes`, `firehoses_per_peer`, `mode`, `unit_bytes` are
+ * parameters. Hit rate = hits / (hits + misses).
+ */
+typedef struct fh_stats_t {
+  /**
+   * sizeof(fh_stats_t) of the library (set by fh_stats_get).
+   */
+  uint64_t struct_size;
+  /**
+   * Remote accesses fully covered by live firehoses (one-sided).
+   */
+  uint64_t hits;
+  /**
+   * Remote accesses that sent a move (one round trip).
+   */
+  uint64_t misses;
+  /**
+   * Remote accesses that waited for a move already in flight (no new message).
+   */
+  uint64_t pending_hits;
+  /**
+   * Local pins (conduits that register the local side) found / not found pinned.
+   */
+  uint64_t local_hits;
+  uint64_t local_misses;
+  /**
+   * fh_try_* / fh_partial_* outcomes.
+   */
+  uint64_t try_hits;
+  uint64_t try_misses;
+  uint64_t partial_pins;
+  /**
+   * Move requests sent by this rank and handled for peers.
+   */
+  uint64_t moves_sent;
+  uint64_t moves_handled;
+  /**
+   * Small puts that travelled inside their move (no separate RMA).
+   */
+  uint64_t putinmove;
+  /**
+   * Units pinned and unpinned on this rank.
+   */
+  uint64_t pins;
+  uint64_t unpins;
+  /**
+   * Bytes pinned by firehose on this rank now, the peak, and the bound M+MAXVICTIM.
+   */
+  uint64_t bytes_pinned;
+  uint64_t bytes_pinned_peak;
+  uint64_t limit_bytes;
+  /**
+   * Pinned but unreferenced bytes kept for reuse (local victim FIFO).
+   */
+  uint64_t victim_local_bytes;
+  /**
+   * Idle firehoses this rank holds into peers (remote victim FIFOs).
+   */
+  uint64_t victim_remote;
+  /**
+   * Firehoses this rank holds into all peers, and f (per peer).
+   */
+  uint64_t firehoses_used;
+  uint64_t firehoses_per_peer;
+  /**
+   * 0 page mode, 1 region mode; the unit (page or largest region) in bytes.
+   */
+  uint64_t mode;
+  uint64_t unit_bytes;
+  /**
+   * Nanoseconds spent waiting for firehose moves and replacements.
+   */
+  uint64_t stall_ns;
+  /**
+   * Active messages sent (requests + replies) and handled.
+   */
+  uint64_t am_sent;
+  uint64_t am_handled;
+  /**
+   * Accesses refused because the target memory was not accessible.
+   */
+  uint64_t access_refused;
+  /**
+   * Pins that could not be mlocked (RLIMIT_MEMLOCK) and were registered only.
+   */
+  uint64_t mlock_failures;
+  /**
+   * Put/get operations and bytes.
+   */
+  uint64_t puts;
+  uint64_t gets;
+  uint64_t put_bytes;
+  uint64_t get_bytes;
+} fh_stats_t;
 
 /**
  * Settings. Initialise with `fh_config_init` (defaults, then FH_* environment), change
@@ -314,6 +426,95 @@ size_t fh_am_max_medium(const struct fh_ctx_t *ctx);
  * Largest long payload for this context (FH_AM_MAX_LONG); 0 if ctx is invalid.
  */
 size_t fh_am_max_long(const struct fh_ctx_t *ctx);
+
+/**
+ * Pin local `[addr, addr+len)` (for conduits that need the local side of a transfer
+ * registered; on the MPI conduit it also locks the pages). Blocks while the local
+ * share (MAXVICTIM) is used by operations in flight. Errors: FH_ERR_INVALID_ARG
+ * (NULL, len 0), FH_ERR_ACCESS (not mapped), FH_ERR_NO_RESOURCE (longer than the
+ * local share). Thread-safe; not from handlers.
+ */
+int fh_local_pin(struct fh_ctx_t *ctx, const void *addr, size_t len, struct fh_pin_t **pin_out);
+
+/**
+ * As fh_local_pin, but only if the whole range is pinned already (the references
+ * are taken); FH_ERR_NOT_PINNED otherwise. Never blocks; allowed in handlers.
+ */
+int fh_try_local_pin(struct fh_ctx_t *ctx, const void *addr, size_t len, struct fh_pin_t **pin_out);
+
+/**
+ * A pin of the largest part of `[addr, addr+len)` that is pinned already (see
+ * fh_pin_bounds); FH_ERR_NOT_PINNED if no part is. Never blocks.
+ */
+int fh_partial_local_pin(struct fh_ctx_t *ctx,
+                         const void *addr,
+                         size_t len,
+                         struct fh_pin_t **pin_out);
+
+/**
+ * Pin `[raddr, raddr+len)` of `rank` through this rank's firehoses so puts and gets
+ * there are one-sided until fh_release. `flags` must be 0.
+ * - `cb == NULL`: blocks until pinned; FH_OK and `*pin_out`.
+ * - `cb != NULL`: on a hit FH_OK and `*pin_out` (cb is not called); on a miss
+ *   FH_NOT_READY, `*pin_out = NULL`, and cb(pin, FH_OK, arg) or cb(NULL, FH_ERR_*,
+ *   arg) runs later inside a library call on this context.
+ * A pin may use at most f firehoses (FH_ERR_NO_RESOURCE beyond: pin in parts).
+ * Errors: FH_ERR_INVALID_ARG (also for this rank: use fh_local_pin), FH_ERR_BAD_RANK,
+ * FH_ERR_ACCESS (the target refused: not mapped there). Thread-safe; not from
+ * handlers.
+ */
+int fh_remote_pin(struct fh_ctx_t *ctx,
+                  int rank,
+                  const void *raddr,
+                  size_t len,
+                  int flags,
+                  fh_pin_cb_t cb,
+                  void *arg,
+                  struct fh_pin_t **pin_out);
+
+/**
+ * As fh_remote_pin, but only on a hit (references taken); FH_ERR_NOT_PINNED on a
+ * miss, with no message sent. Never blocks.
+ */
+int fh_try_remote_pin(struct fh_ctx_t *ctx,
+                      int rank,
+                      const void *raddr,
+                      size_t len,
+                      struct fh_pin_t **pin_out);
+
+/**
+ * A pin of the largest part of the remote range already covered by this rank's
+ * firehoses (see fh_pin_bounds); FH_ERR_NOT_PINNED if none. Never blocks.
+ */
+int fh_partial_remote_pin(struct fh_ctx_t *ctx,
+                          int rank,
+                          const void *raddr,
+                          size_t len,
+                          struct fh_pin_t **pin_out);
+
+/**
+ * The range a pin covers (for partial pins, the part that was pinned).
+ * Thread-safe; allowed in handlers.
+ */
+int fh_pin_bounds(const struct fh_pin_t *pin, const void **addr_out, size_t *len_out);
+
+/**
+ * Release a pin (its references; the memory may later be unpinned) and free the
+ * fh_pin_t. Using the pin afterwards is undefined. After fh_mem_invalidate of its
+ * range a pin's release is accepted and has no effect. Thread-safe; allowed in
+ * handlers and pin callbacks.
+ */
+int fh_release(struct fh_ctx_t *ctx, struct fh_pin_t *pin);
+
+/**
+ * Fill `*out` with this context's statistics. Thread-safe.
+ */
+int fh_stats_get(const struct fh_ctx_t *ctx, struct fh_stats_t *out_stats);
+
+/**
+ * Zero the counters of fh_stats_t (levels and parameters stay). Thread-safe.
+ */
+int fh_stats_reset(struct fh_ctx_t *ctx);
 
 /**
  * Fill `cfg` with the defaults, then the FH_* environment. A malformed environment

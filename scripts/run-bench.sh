@@ -12,6 +12,18 @@
 #                        and the headline ratios against their targets.
 # A missed target does not fail the run (it is a measurement); a benchmark that
 # crashes or hangs (timeout $BENCH_TIMEOUT s, default 300) does.
+#
+# bench_firehose (issue 3) is not part of that loop: it runs once (not $BENCH_RUNS
+# times; about 3-5 minutes in all) with its own modes, results in <outdir>/firehose/:
+#   sweep  seed 000 Fig. 3, once per FH_REGISTRATION strategy, on $FH_BENCH_NP ranks
+#          (default 3: rank 0 is the target, 2 initiators), with
+#          FH_FIREHOSE_M=$FH_BENCH_M (32M) and FH_FIREHOSE_MAXVICTIM_M=$FH_BENCH_MAXVICTIM
+#          (8M) -> fh_sweep_<strategy>.csv, merged fh_sweep.csv, and the figure
+#          ($BENCH_FIG, default <outdir>/firehose/fig3.svg) from scripts/plot_fig3.py
+#   hit    8-byte put/get through a hot firehose vs MPI on the same memory (2 ranks)
+#   miss   miss cost vs AM round trip + pin, once per pinning unit in
+#          $FH_BENCH_MISS_UNITS (default "region:1M region:64K page"), 2 ranks
+# BENCH_FIREHOSE=0 skips it.
 set -u
 bindir=${1:?usage: run-bench.sh <bindir> <outdir>}
 outdir=${2:?usage: run-bench.sh <bindir> <outdir>}
@@ -22,7 +34,10 @@ mkdir -p "$outdir"
 outdir=$(cd "$outdir" && pwd)
 
 benches=()
-for b in "$bindir"/bench_*; do [ -x "$b" ] && benches+=("$b"); done
+for b in "$bindir"/bench_*; do
+  # bench_firehose takes a mode argument and runs in its own section below.
+  [ -x "$b" ] && [ "$(basename "$b")" != bench_firehose ] && benches+=("$b")
+done
 [ ${#benches[@]} -gt 0 ] || { echo "run-bench: no bench_* programs in $bindir" >&2; exit 1; }
 
 echo "firehose benchmarks: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(nproc) cores, load average$(uptime | sed 's/.*load average//')"
@@ -70,6 +85,69 @@ for b in "${benches[@]}"; do
   done
 done
 
+# ------------------------------------------------------------ firehose (issue 3)
+fh_bin=$bindir/bench_firehose
+fdir=$outdir/firehose
+if [ -x "$fh_bin" ] && [ "${BENCH_FIREHOSE:-1}" != 0 ]; then
+  here=$(cd "$(dirname "$0")" && pwd)
+  np=${FH_BENCH_NP:-3}
+  fh_env=(FH_FIREHOSE_M="${FH_BENCH_M:-32M}" FH_FIREHOSE_MAXVICTIM_M="${FH_BENCH_MAXVICTIM:-8M}")
+  rm -rf "$fdir"
+  mkdir -p "$fdir"
+  fh_start=$(date +%s)
+  fh_run() { # label args... (output to $fdir/<label>.txt, echoed)
+    local label=$1 rc
+    shift
+    echo; echo "################ bench_firehose $label  [$*]"
+    # shellcheck disable=SC2086 # MPIEXEC holds a command and its flags
+    timeout "$TIMEOUT" env "${fh_env[@]}" "$@" > >(tee "$fdir/$label.txt") 2> >(tee "$fdir/$label.err" >&2)
+    rc=$?
+    if [ "$rc" != 0 ]; then
+      echo "FAIL: bench_firehose $label exited with status $rc" >&2
+      tail -20 "$fdir/$label.err" >&2
+      fail=$((fail+1))
+    fi
+  }
+  for strat in firehose rendezvous-unpin rendezvous-keep pin-everything; do
+    # shellcheck disable=SC2086
+    fh_run "sweep_$strat" FH_REGISTRATION="$strat" $MPIEXEC -np "$np" "$fh_bin" sweep "$fdir"
+  done
+  sweeps=("$fdir"/fh_sweep_*.csv)
+  if [ -f "${sweeps[0]}" ]; then
+    head -1 "${sweeps[0]}" >"$fdir/fh_sweep.csv"
+    for f in "${sweeps[@]}"; do tail -n +2 "$f" >>"$fdir/fh_sweep.csv"; done
+    python3 "$here/plot_fig3.py" -o "${BENCH_FIG:-$fdir/fig3.svg}" "$fdir/fh_sweep.csv" || fail=$((fail+1))
+  fi
+  # shellcheck disable=SC2086
+  fh_run hit FH_REGISTRATION=firehose $MPIEXEC -np 2 "$fh_bin" hit "$fdir"
+  for u in ${FH_BENCH_MISS_UNITS:-region:1M region:64K page}; do
+    mode=${u%%:*}; size=${u#*:}; [ "$size" = "$u" ] && size=
+    mdir=$fdir/miss_${mode}${size:+_$size}
+    mkdir -p "$mdir"
+    # shellcheck disable=SC2086
+    fh_run "miss_${mode}${size:+_$size}" FH_REGISTRATION=firehose FH_FIREHOSE_MODE="$mode" \
+      ${size:+FH_FIREHOSE_MAXREGION_SIZE=$size} $MPIEXEC -np 2 "$fh_bin" miss "$mdir"
+  done
+  # Merge the miss results over the units.
+  rm -f "$fdir/bench_firehose_miss.csv" "$fdir/bench_firehose_miss_parts.csv"
+  for f in "$fdir"/miss_*/bench_firehose_miss.csv; do
+    [ -f "$f" ] || continue
+    [ -f "$fdir/bench_firehose_miss.csv" ] || head -1 "$f" >"$fdir/bench_firehose_miss.csv"
+    tail -n +2 "$f" >>"$fdir/bench_firehose_miss.csv"
+    p=${f%/*}/bench_firehose_miss_parts.csv
+    [ -f "$fdir/bench_firehose_miss_parts.csv" ] || head -1 "$p" >"$fdir/bench_firehose_miss_parts.csv"
+    tail -n +2 "$p" >>"$fdir/bench_firehose_miss_parts.csv"
+  done
+  {
+    echo "firehose sweep (Fig. 3): strategy, working set, MB/s, ratio to raw MPI, hit rate, status"
+    awk -F, 'FNR > 1 && $1 != "mpi-raw" { printf "  %-17s %8.3g MiB %9s MB/s  ratio %-6s hit %-8s %s\n", $1, $2 / 1048576, $3, $6, $4, $5 }' \
+      "$fdir/fh_sweep.csv" 2>/dev/null
+    echo "firehose miss parts:"; column -s, -t "$fdir/bench_firehose_miss_parts.csv" 2>/dev/null | sed 's/^/  /'
+  } >"$fdir/summary.txt"
+  echo; cat "$fdir/summary.txt"
+  echo "bench_firehose: $(( $(date +%s) - fh_start )) s in all"
+fi
+
 # Medians over the runs. (mawk-compatible: no asort.)
 summarise() { # merged csv files...
   awk -F, '
@@ -100,6 +178,7 @@ target() { # summary-file benchmark size target label
 }
 csvs=()
 for b in "${benches[@]}"; do [ -f "$outdir/$(basename "$b").csv" ] && csvs+=("$outdir/$(basename "$b").csv"); done
+for f in "$fdir/bench_firehose_hit.csv" "$fdir/bench_firehose_miss.csv"; do [ -f "$f" ] && csvs+=("$f"); done
 if [ ${#csvs[@]} -gt 0 ]; then
   summarise "${csvs[@]}" >"$outdir/summary.txt"
   {
@@ -110,6 +189,12 @@ if [ ${#csvs[@]} -gt 0 ]; then
     target "$outdir/summary.txt" get_registered 8 1.10 "8 B fh_get (registered) vs MPI_Get+flush"
     target "$outdir/summary.txt" get_heap 8 1.10 "8 B fh_get (heap) vs MPI_Get+flush"
     target "$outdir/summary.txt" am_short_rtt 8 1.3 "AM short round trip vs MPI_Send/Recv"
+    target "$outdir/summary.txt" put_hit_malloc 8 1.10 "8 B fh_put firehose hit vs MPI_Put+flush"
+    target "$outdir/summary.txt" get_hit_malloc 8 1.10 "8 B fh_get firehose hit vs MPI_Get+flush"
+    for u in 1048576 65536 4096; do
+      target "$outdir/summary.txt" "miss_put_unit$((u / 1024))K" $u 1.0 "fh_put miss ($((u / 1024)) KiB unit) vs AM RTT+pin"
+      target "$outdir/summary.txt" "miss_get_unit$((u / 1024))K" $u 1.0 "fh_get miss ($((u / 1024)) KiB unit) vs AM RTT+pin"
+    done
   } >"$outdir/headline.txt"
   echo
   echo "################ medians over $RUNS runs (all rows: $outdir/summary.txt)"

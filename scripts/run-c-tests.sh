@@ -22,6 +22,46 @@ for t in "$dir"/*; do
     fi
   done
 done
+
+# Firehose runs with settings from the environment (skipped when the binary is
+# missing or the rank count is not in $NPS, so MPICH runs the 2-rank ones only).
+# extra NAME NP MEMLOCK VAR=VALUE...   MEMLOCK: ulimit -l in KiB, or - to keep it.
+# Open MPI gets each VAR with -x as well (needed on remote nodes; MPICH's launcher
+# passes the whole environment).
+extra() {
+  local name=$1 np=$2 memlock=$3; shift 3
+  local t="$dir/$name" v xs=()
+  [ -x "$t" ] || return 0
+  case " $NPS " in *" $np "*) ;; *) return 0 ;; esac
+  [ "${MPI:-}" = mpich ] || for v in "$@"; do xs+=(-x "${v%%=*}"); done
+  local label="$name np=$np $*"
+  [ "$memlock" = - ] || label="$label ulimit -l $memlock"
+  local start; start=$(date +%s)
+  if out=$( { [ "$memlock" = - ] || ulimit -l "$memlock"; } &&
+            env "$@" timeout 180 $MPIEXEC "${xs[@]}" -np "$np" "$t" 2>&1 ); then
+    pass=$((pass+1)); printf 'ok   %s (%ss)\n' "$label" "$(( $(date +%s) - start ))"
+  else
+    fail=$((fail+1)); failed+=("$label")
+    printf 'FAIL %s\n' "$label"; echo "$out" | tail -30 | sed 's/^/     | /'
+  fi
+}
+# Small M (64 KiB regions: M is 4 regions, MAXVICTIM 1): the working set, 4x
+# limit_bytes, forces misses and evictions.
+SMALL=(FH_FIREHOSE_M=256K FH_FIREHOSE_MAXVICTIM_M=64K FH_FIREHOSE_MAXREGION_SIZE=64K)
+for np in 2 4 8; do extra test_firehose "$np" - "${SMALL[@]}"; done
+extra test_firehose 4 - FH_FIREHOSE_MODE=page FH_FIREHOSE_M=256K FH_FIREHOSE_MAXVICTIM_M=64K
+extra test_fh_access 2 - FH_FIREHOSE_MODE=page
+# Each registration strategy; the keeping ones get an M the working set fits in.
+extra test_firehose 2 - FH_REGISTRATION=firehose "${SMALL[@]}"
+extra test_firehose 2 - FH_REGISTRATION=rendezvous-unpin "${SMALL[@]}"
+extra test_firehose 2 - FH_REGISTRATION=rendezvous-keep FH_FIREHOSE_M=16M FH_TEST_WS=1M
+extra test_firehose 2 - FH_REGISTRATION=pin-everything FH_FIREHOSE_M=16M FH_TEST_WS=1M
+# Keeping strategies with a small M run out with FH_ERR_NO_RESOURCE, cleanly.
+extra test_fh_limits_np2 2 - FH_REGISTRATION=pin-everything "${SMALL[@]}"
+extra test_fh_limits_np2 2 - FH_REGISTRATION=rendezvous-keep "${SMALL[@]}"
+# A tiny RLIMIT_MEMLOCK with the library's defaults.
+extra test_firehose 2 64
+
 echo "c-tests ($MPI)"
 echo "c-tests: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -63,28 +63,62 @@ fn ring_put_get_on_heap_and_registered_memory() {
             .all(|(k, &b)| b == (k * 3 + left) as u8));
         assert_eq!(users[i][15], 0);
     }
-    // One access query per (initiator, target) pair, then hits.
-    let s = c[0].stats.snapshot();
-    assert_eq!(s.remote_cache_misses, 1, "{:?}", s);
-    assert!(s.remote_cache_hits >= 2);
+    // One move per (initiator, target) pair (answered "registered region": it acts
+    // as prepinned and costs no firehose), then one-sided hits.
+    let f = c[0].fh_stats();
+    assert_eq!(f.misses, 1, "{:?}", f);
+    assert_eq!(f.firehoses_used, 0, "{:?}", f);
+    assert!(c[0].stats.snapshot().remote_cache_hits >= 1);
+}
+
+fn unmapped(len: usize) -> usize {
+    // SAFETY: plain anonymous mmap/munmap of a fresh range; nothing else uses it.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        assert_eq!(libc::munmap(p, len), 0);
+        p as usize
+    }
 }
 
 #[test]
-fn unregistered_memory_is_refused_by_the_target_and_nothing_is_written() {
-    let (_w, c) = world(2, |_| {});
+fn any_mapped_memory_works_and_unmapped_is_refused_by_the_target() {
+    let (w, c) = world(2, |_| {});
     let victim = vec![7u8; 256];
     let src = [1u8; 16];
-    let e = c[0]
-        .put(1, victim.as_ptr() as usize, src.as_ptr() as usize, 16)
-        .unwrap_err();
+    // Plain (unregistered) memory of the target: firehose pins it on demand.
+    c[0].put(1, victim.as_ptr() as usize + 8, src.as_ptr() as usize, 16)
+        .unwrap();
+    assert_eq!(&victim[8..24], &[1u8; 16]);
+    assert!(victim[..8].iter().chain(&victim[24..]).all(|&b| b == 7));
+    let f = c[0].fh_stats();
+    assert_eq!((f.misses, f.firehoses_used), (1, 1), "{:?}", f);
+    assert!(
+        w.registrations(1)
+            .iter()
+            .any(|&(s, e)| s <= victim.as_ptr() as usize && e >= victim.as_ptr() as usize + 24),
+        "the target really registered the unit"
+    );
+    // Unmapped: the target refuses; nothing faults; the job continues.
+    let hole = unmapped(8192);
+    let e = c[0].put(1, hole, src.as_ptr() as usize, 16).unwrap_err();
     assert_eq!(e.status, Status::Access, "{}", e);
     assert!(e.msg.contains("rank 1 refused"), "{}", e.msg);
     let e = c[0].put(1, 0x1000, src.as_ptr() as usize, 16).unwrap_err();
     assert_eq!(e.status, Status::Access);
-    assert!(victim.iter().all(|&b| b == 7));
-    // Self-access to unregistered memory is refused locally.
+    // Own memory: copied by the kernel, unmapped refused.
+    c[0].put(0, victim.as_ptr() as usize, src.as_ptr() as usize, 4)
+        .unwrap();
+    assert_eq!(&victim[..4], &[1u8; 4]);
     assert_eq!(
-        c[0].put(0, victim.as_ptr() as usize, src.as_ptr() as usize, 16)
+        c[0].put(0, hole, src.as_ptr() as usize, 16)
             .unwrap_err()
             .status,
         Status::Access
@@ -96,7 +130,7 @@ fn unregistered_memory_is_refused_by_the_target_and_nothing_is_written() {
 
 #[test]
 fn unregister_invalidates_every_holder_before_detaching() {
-    let (_w, c) = world(3, |_| {});
+    let (w, c) = world(3, |_| {});
     let mut buf = vec![0u8; 8192];
     let a = buf.as_mut_ptr() as usize;
     c[2].mem_register(a, buf.len()).unwrap();
@@ -106,23 +140,36 @@ fn unregister_invalidates_every_holder_before_detaching() {
     c[2].mem_unregister(a, buf.len()).unwrap();
     assert_eq!(c[2].stats.snapshot().invalidations_sent, 2);
     assert_eq!(c[0].stats.snapshot().invalidations_handled, 1);
-    // Both holders forgot it: a new access asks the target, which refuses.
-    for i in 0..2 {
-        let e = c[i].put(2, a, src.as_ptr() as usize, 8).unwrap_err();
-        assert_eq!(e.status, Status::Access);
-    }
+    assert!(
+        !w.registrations(2)
+            .iter()
+            .any(|&(s, e)| s < a + 8192 && e > a),
+        "detached"
+    );
+    // Both holders forgot it: a new access goes through firehose (a move).
+    let before = c[0].fh_stats().misses;
+    c[0].put(2, a, src.as_ptr() as usize, 8).unwrap();
+    assert_eq!(c[0].fh_stats().misses, before + 1);
     assert_eq!(
         c[2].mem_unregister(a, buf.len()).unwrap_err().status,
         Status::NotPinned
     );
-    // Re-register: access works again (a fresh query).
-    c[2].mem_register(a, 4096).unwrap();
-    c[0].put(2, a, src.as_ptr() as usize, 8).unwrap();
-    assert_eq!(c[2].mem_invalidate(a + 10, 1).unwrap(), 1);
-    assert_eq!(
-        c[0].put(2, a, src.as_ptr() as usize, 8).unwrap_err().status,
-        Status::Access
+    // fh_mem_invalidate drops the firehose pins, everywhere they are held.
+    assert!(c[2].mem_invalidate(a + 10, 1).unwrap() >= 1);
+    assert_eq!(c[0].fh_stats().firehoses_used, 0);
+    assert!(
+        !w.registrations(2)
+            .iter()
+            .any(|&(s, e)| s < a + 8192 && e > a),
+        "unpinned"
     );
+    // Registering memory peers hold firehoses on replaces those first.
+    c[1].put(2, a, src.as_ptr() as usize, 8).unwrap();
+    assert_eq!(c[1].fh_stats().firehoses_used, 1);
+    c[2].mem_register(a, 4096).unwrap();
+    assert_eq!(c[1].fh_stats().firehoses_used, 0);
+    c[0].put(2, a, src.as_ptr() as usize, 8).unwrap();
+    assert_eq!(buf[..8], [9u8; 8]);
 }
 
 #[test]

@@ -32,8 +32,6 @@ pub const INDEX_USER_MIN: usize = 128;
 pub const INDEX_USER_MAX: usize = 255;
 
 /// Library handler indices.
-pub const H_REG_QUERY: u8 = 1;
-pub const H_REG_ANSWER: u8 = 2;
 pub const H_INVALIDATE: u8 = 3;
 pub const H_INVAL_ACK: u8 = 4;
 
@@ -139,6 +137,16 @@ pub fn in_handler() -> bool {
     HANDLERS_RUNNING.load(Ordering::Acquire) != 0 && IN_HANDLER.with(|h| h.get())
 }
 
+/// Run `f` as if it were a handler (library callbacks: blocking calls refuse).
+pub fn run_as_handler<R>(f: impl FnOnce() -> R) -> R {
+    HANDLERS_RUNNING.fetch_add(1, Ordering::AcqRel);
+    let prev = IN_HANDLER.with(|h| h.replace(true));
+    let r = f();
+    IN_HANDLER.with(|h| h.set(prev));
+    HANDLERS_RUNNING.fetch_sub(1, Ordering::AcqRel);
+    r
+}
+
 /// Calls that block or send requests are not allowed in handlers.
 #[inline]
 pub fn check_not_in_handler(what: &str) -> Result<()> {
@@ -161,10 +169,11 @@ fn in_handler_error(what: &str) -> crate::runtime::error::Error {
 impl AmState {
     pub fn new(size: usize, credits: usize) -> AmState {
         let mut h: Vec<Option<Handler>> = vec![None; 256];
-        h[H_REG_QUERY as usize] = Some(Handler::Internal(super::mem::handle_reg_query));
-        h[H_REG_ANSWER as usize] = Some(Handler::Internal(super::mem::handle_reg_answer));
         h[H_INVALIDATE as usize] = Some(Handler::Internal(super::mem::handle_invalidate));
         h[H_INVAL_ACK as usize] = Some(Handler::Internal(super::mem::handle_inval_ack));
+        h[super::fh::H_FH_MOVE as usize] = Some(Handler::Internal(super::fh::handle_move));
+        h[super::fh::H_FH_ANSWER as usize] = Some(Handler::Internal(super::fh::handle_answer));
+        h[super::fh::H_FH_RELEASE as usize] = Some(Handler::Internal(super::fh::handle_release));
         AmState {
             handlers: RwLock::new(h),
             peers: (0..size)

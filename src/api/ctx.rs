@@ -8,6 +8,7 @@
 //! next `fh_poll`, never dropped.
 
 use super::am::{self, AmState};
+use super::fh::FhState;
 use super::heap::Heap;
 use super::rma::RmaState;
 use super::stats::Stats;
@@ -15,6 +16,7 @@ use super::wire;
 use crate::conduit::mpi::{boot, describe_level, MpiConduit};
 use crate::conduit::sim::SimWorld;
 use crate::conduit::Conduit;
+use crate::firehose::params::Params;
 use crate::firehose::registry::{LocalRegions, RemoteCache};
 use crate::runtime::config::{Config, Progress, ThreadLevel};
 use crate::runtime::error::{Error, Result};
@@ -24,6 +26,18 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+
+/// A hash of this machine's host name.
+fn host_hash() -> u64 {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    buf.iter()
+        .take_while(|&&b| b != 0)
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        })
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -36,9 +50,6 @@ pub enum State {
 /// Non-blocking calls poll once every this many calls (blocking calls always poll
 /// while they wait). Bounds the cost of polling on the fast path.
 pub const POLL_EVERY: u64 = 32;
-
-/// An access query's answer: (status code, region start, region end).
-pub type QueryAnswer = (i32, usize, usize);
 
 pub struct CtxInner {
     pub conduit: Arc<dyn Conduit>,
@@ -61,8 +72,8 @@ pub struct CtxInner {
     pub remote_heaps: Vec<(usize, usize)>,
     pub remote: RemoteCache,
     pub stats: Stats,
-    /// Outstanding access queries: id -> answer (status, start, end).
-    pub(crate) queries: Mutex<HashMap<u64, Option<QueryAnswer>>>,
+    /// Firehose: tables, moves in flight, explicit pins (`api::fh`).
+    pub fh: FhState,
     /// Outstanding invalidations: id -> acks still missing.
     pub(crate) invals: Mutex<HashMap<u64, usize>>,
     pub(crate) next_id: AtomicU64,
@@ -135,7 +146,17 @@ impl Context {
                 describe_level(level)
             ));
         }
-        let inner = CtxInner::build(c.clone(), Some(c), cfg, info);
+        // Ranks on this machine share its RAM (firehose's default M divides it).
+        let host = host_hash();
+        let local_ranks = match c.allgather_u64(host) {
+            Ok(v) => v.iter().filter(|&&h| h == host).count(),
+            Err(e) => {
+                let _ = c.finalize();
+                let _ = boot::close();
+                return Err(e);
+            }
+        };
+        let inner = CtxInner::build(c.clone(), Some(c), cfg, info, local_ranks);
         let ctx = Context {
             inner,
             progress: Mutex::new(None),
@@ -167,6 +188,7 @@ impl Context {
             None,
             cfg,
             vec![format!("conduit: sim ({} nodes)", world.size())],
+            world.size(),
         );
         let weak = Arc::downgrade(&inner);
         let hook: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
@@ -263,6 +285,10 @@ impl Context {
                 }
             }
         }
+        if inner.cfg.stats {
+            eprint!("{}", inner.stats_summary());
+        }
+        inner.fh_shutdown();
         for (start, r) in inner.local_regs.drain() {
             let _ = inner.conduit.deregister(start, r.end - start);
             if r.locked {
@@ -295,10 +321,21 @@ impl CtxInner {
         mpi: Option<Arc<MpiConduit>>,
         cfg: Config,
         info: Vec<String>,
+        local_ranks: usize,
     ) -> Arc<CtxInner> {
         let (rank, size) = (conduit.rank(), conduit.size());
         let (hb, hl) = conduit.heap();
-        let concurrent = conduit.caps().thread_multiple;
+        let caps = conduit.caps().clone();
+        let concurrent = caps.thread_multiple;
+        let params = Params::derive(
+            &cfg,
+            size,
+            local_ranks,
+            caps.fh_mode,
+            caps.max_registrations,
+        );
+        let mut info = info;
+        info.push(params.describe());
         Arc::new(CtxInner {
             rank,
             size,
@@ -310,7 +347,7 @@ impl CtxInner {
             remote_heaps: (0..size).map(|r| conduit.remote_heap(r)).collect(),
             remote: RemoteCache::new(size),
             stats: Stats::default(),
-            queries: Mutex::new(HashMap::new()),
+            fh: FhState::new(params, size, caps.local_registration),
             invals: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             async_err: Mutex::new(None),
@@ -367,8 +404,11 @@ impl CtxInner {
         if st == State::Finalized as u8 {
             return Ok(0);
         }
-        self.conduit
-            .am_poll(&mut |src, bytes, long| self.dispatch(src, bytes, long))
+        let n = self
+            .conduit
+            .am_poll(&mut |src, bytes, long| self.dispatch(src, bytes, long))?;
+        self.fh_progress_pins();
+        Ok(n)
     }
 
     /// `fh_poll`: progress, then report any asynchronous error.

@@ -1,20 +1,20 @@
 //! Memory: `fh_malloc` heap, explicit registration, and the remote access check.
 //!
-//! Access protocol (until the firehose issue replaces it with firehoses): before the
-//! first access to a peer's user memory, the initiator asks the target (one AM round
-//! trip, `H_REG_QUERY`). The target answers from its own registration table — it is
-//! the only authority — and remembers the initiator as a holder. The initiator caches
-//! the region and later accesses inside it are fully one-sided. Unregistering tells
-//! every holder to drop the region and flush its operations (`H_INVALIDATE`) and waits
-//! for all acknowledgements before detaching: no rank keeps using a stale registration.
+//! Access to a peer's user memory goes through firehose (`api::fh`): the target is
+//! the only authority. When a move asks for memory inside a region the target
+//! registered explicitly, the target answers with that region (it acts as prepinned),
+//! remembers the initiator as a holder, and the initiator caches it: later accesses
+//! inside it are fully one-sided and cost no firehose. Unregistering tells every
+//! holder to drop the region and flush its operations (`H_INVALIDATE`) and waits for
+//! all acknowledgements before detaching: no rank keeps using a stale registration.
 
-use super::am::{self, Token, H_INVAL_ACK, H_REG_ANSWER, H_REG_QUERY};
+use super::am::{self, Token, H_INVAL_ACK};
 use super::ctx::CtxInner;
 use super::stats::Stats;
 use super::wire::{Category, Frame};
 use crate::firehose::registry::{covered, PeerRegions, Region};
 use crate::runtime::config::Pin;
-use crate::runtime::error::{Result, Status};
+use crate::runtime::error::Result;
 use crate::runtime::os;
 use crate::{bail, err};
 use parking_lot::RwLockReadGuard;
@@ -84,6 +84,10 @@ impl CtxInner {
                 e
             );
         }
+        // Firehose units of this memory (pinned for peers' puts) give way: their
+        // holders are told to drop them first, then the registration replaces them.
+        am::check_not_in_handler("fh_mem_register")?;
+        self.fh_invalidate(addr, end)?;
         let (ps, pl) = os::page_span(addr, len);
         // mlock is the physical resource RLIMIT_MEMLOCK bounds. This conduit does not
         // need it for correctness, so running out degrades (registered, not locked;
@@ -150,7 +154,7 @@ impl CtxInner {
             .checked_add(len)
             .ok_or_else(|| err!(InvalidArg, "range wraps around"))?;
         let gone = self.local_regs.remove_overlapping(addr, end.max(addr + 1));
-        let n = gone.len();
+        let n = gone.len() + self.fh_invalidate(addr, end.max(addr + 1))?;
         let mut first = Ok(());
         for (s, r) in gone {
             if let Err(e) = self.retract(s, r) {
@@ -200,126 +204,32 @@ impl CtxInner {
         res.and(d)
     }
 
-    /// May `[addr, addr+len)` on `rank` be accessed? Returns the proof to hold while
-    /// issuing, or `FH_ERR_ACCESS` from the target's own check.
-    pub fn access(&self, rank: usize, addr: usize, len: usize) -> Result<Access<'_>> {
-        if len == 0 {
-            // Nothing is accessed: valid anywhere.
-            return Ok(Access::Heap);
-        }
+    /// Access that needs no firehose: the peer's library heap, or a registered
+    /// region of the peer we learnt of from its own answer (this rank's own
+    /// registrations for `rank == self`). `None`: go through firehose.
+    #[inline]
+    pub fn plain_access(&self, rank: usize, addr: usize, len: usize) -> Option<Access<'_>> {
         let (hb, hl) = self.remote_heaps[rank];
         if addr >= hb && addr.checked_add(len).is_some_and(|e| e <= hb + hl) {
-            return Ok(Access::Heap);
+            return Some(Access::Heap);
         }
         if rank == self.rank {
             let g = self.local_regs.read();
-            if covered(&g, addr, len, |r| r.end) {
-                return Ok(Access::Local(g));
+            return covered(&g, addr, len, |r| r.end).then_some(Access::Local(g));
+        }
+        if !self.concurrent {
+            // SAFETY: without MPI_THREAD_MULTIPLE at most one thread is inside the
+            // library (the MPI thread-level contract) and there is no progress
+            // thread, so no handler can change the cache until this call returns.
+            if unsafe { self.remote.hit_unlocked(rank, addr, len) } {
+                self.count(&self.stats.remote_cache_hits, 1);
+                return Some(Access::Unshared);
             }
-            Stats::add(&self.stats.access_refused, 1);
-            bail!(
-                Access,
-                "[{:#x}, +{}) is not registered on rank {} (this rank): register it with fh_mem_register or use fh_malloc memory",
-                addr,
-                len,
-                rank
-            );
+        } else if let Some(g) = self.remote.hit(rank, addr, len) {
+            Stats::add(&self.stats.remote_cache_hits, 1);
+            return Some(Access::Cached(g));
         }
-        for _ in 0..4 {
-            if !self.concurrent {
-                // SAFETY: without MPI_THREAD_MULTIPLE at most one thread is inside the
-                // library (the MPI thread-level contract) and there is no progress
-                // thread, so no handler can change the cache until this call returns.
-                if unsafe { self.remote.hit_unlocked(rank, addr, len) } {
-                    self.count(&self.stats.remote_cache_hits, 1);
-                    return Ok(Access::Unshared);
-                }
-            } else if let Some(g) = self.remote.hit(rank, addr, len) {
-                Stats::add(&self.stats.remote_cache_hits, 1);
-                return Ok(Access::Cached(g));
-            }
-            Stats::add(&self.stats.remote_cache_misses, 1);
-            let (s, e) = self.query(rank, addr, len)?;
-            self.remote.insert(rank, s, e);
-        }
-        bail!(
-            Internal,
-            "access to rank {} at {:#x} kept missing after the target approved it",
-            rank,
-            addr
-        )
-    }
-
-    fn query(&self, rank: usize, addr: usize, len: usize) -> Result<(usize, usize)> {
-        am::check_not_in_handler("a remote access check")?;
-        let id = self.new_id();
-        self.queries.lock().insert(id, None);
-        let sent = self.am_request(
-            rank,
-            Category::Short,
-            H_REG_QUERY,
-            &[addr as u64, len as u64, id],
-            &[],
-            None,
-        );
-        if let Err(e) = sent {
-            self.queries.lock().remove(&id);
-            return Err(e);
-        }
-        let w = self.wait_until(|| Ok(self.queries.lock().get(&id).is_some_and(|a| a.is_some())));
-        let ans = self.queries.lock().remove(&id).flatten();
-        w?;
-        match ans {
-            Some((0, s, e)) => Ok((s, e)),
-            Some((code, _, _)) => {
-                Stats::add(&self.stats.access_refused, 1);
-                let status = Status::from_code(code).unwrap_or(Status::Access);
-                Err(err!(
-                    Access,
-                    "rank {} refused access to [{:#x}, +{}): {} (register it there with fh_mem_register or allocate it with fh_malloc)",
-                    rank,
-                    addr,
-                    len,
-                    if status == Status::Access { "not registered memory" } else { status.describe().trim_end_matches('\0') }
-                ))
-            }
-            None => bail!(
-                Internal,
-                "access query to rank {} ended without an answer",
-                rank
-            ),
-        }
-    }
-}
-
-/// Target side of an access query: args [addr, len, id] -> reply [id, status, start, end].
-pub(crate) fn handle_reg_query(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
-    let a = f.args();
-    if a.len() != 3 {
-        return;
-    }
-    let (addr, len, id) = (a[0] as usize, a[1] as usize, a[2]);
-    let (status, s, e) = match ctx.local_regs.lookup(addr, len, Some(tok.src)) {
-        Some((s, e)) if len > 0 && os::is_mapped(addr, len) => (0i64, s, e),
-        _ => (Status::Access.code() as i64, 0, 0),
-    };
-    let _ = ctx.am_reply(
-        tok,
-        Category::Short,
-        H_REG_ANSWER,
-        &[id, status as u64, s as u64, e as u64],
-        &[],
-        None,
-    );
-}
-
-pub(crate) fn handle_reg_answer(ctx: &CtxInner, _tok: &Token, f: &Frame<'_>) {
-    let a = f.args();
-    if a.len() != 4 {
-        return;
-    }
-    if let Some(slot) = ctx.queries.lock().get_mut(&a[0]) {
-        *slot = Some((a[1] as i64 as i32, a[2] as usize, a[3] as usize));
+        None
     }
 }
 
@@ -331,6 +241,7 @@ pub(crate) fn handle_invalidate(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
         return;
     }
     ctx.remote.invalidate(tok.src, a[0] as usize, a[1] as usize);
+    ctx.fh_forget(tok.src, a[0] as usize, a[1] as usize);
     if let Err(e) = ctx.conduit.flush(tok.src) {
         ctx.record_async_error(e);
     }

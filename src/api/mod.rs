@@ -4,6 +4,7 @@
 
 pub mod am;
 pub mod ctx;
+pub mod fh;
 pub mod heap;
 pub mod mem;
 pub mod rma;

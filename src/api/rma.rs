@@ -9,8 +9,10 @@
 //! Puts complete remotely (the data is visible at the target), gets locally.
 
 use super::ctx::CtxInner;
+use super::fh::{Grant, OpPins};
 use crate::bail;
 use crate::runtime::error::Result;
+use crate::runtime::os;
 use parking_lot::Mutex;
 
 pub type Handle = u64;
@@ -108,25 +110,40 @@ impl RmaState {
         self.inner.lock().completed[op.rank] >= op.seq
     }
 
-    /// Flush `rank` and record what that completed.
+    /// A sequence number for an operation left in flight to `rank`.
+    fn bump(&self, rank: usize) -> u64 {
+        let mut g = self.inner.lock();
+        g.issued[rank] += 1;
+        g.issued[rank]
+    }
+
+    /// Flush `rank`, record what that completed and release its firehoses.
     fn flush_rank(&self, ctx: &CtxInner, rank: usize) -> Result<()> {
         let upto = self.inner.lock().issued[rank];
         ctx.conduit.flush(rank)?;
-        let mut g = self.inner.lock();
-        if g.completed[rank] < upto {
-            g.completed[rank] = upto;
+        {
+            let mut g = self.inner.lock();
+            if g.completed[rank] < upto {
+                g.completed[rank] = upto;
+            }
         }
+        ctx.fh_completed(rank, upto);
         Ok(())
     }
 
     fn flush_all(&self, ctx: &CtxInner) -> Result<()> {
         let upto = self.inner.lock().issued.clone();
         ctx.conduit.flush_all()?;
-        let mut g = self.inner.lock();
-        for (c, u) in g.completed.iter_mut().zip(upto) {
-            if *c < u {
-                *c = u;
+        {
+            let mut g = self.inner.lock();
+            for (c, u) in g.completed.iter_mut().zip(upto.iter()) {
+                if *c < *u {
+                    *c = *u;
+                }
             }
+        }
+        for (r, u) in upto.into_iter().enumerate() {
+            ctx.fh_completed(r, u);
         }
         Ok(())
     }
@@ -180,27 +197,183 @@ impl CtxInner {
         Ok(r)
     }
 
-    /// Issue one put/get after validating access; does not wait.
-    fn issue(
+    /// Move `nbytes` between local `local` and `remote` on `rank`.
+    /// `seq_out`: `None` for a blocking transfer (complete before returning), else
+    /// the operations are left in flight (completed by a later flush) and every
+    /// firehose reference they hold is recorded for release at completion.
+    fn transfer(
         &self,
         dir: Dir,
         rank: usize,
         remote: usize,
         local: usize,
         nbytes: usize,
+        blocking: bool,
     ) -> Result<()> {
-        let _proof = self.access(rank, remote, nbytes)?;
-        // SAFETY: the caller of the public functions guarantees `local` is valid for
-        // nbytes until the operation completes (documented per call); `remote` was
-        // approved by the target (proof held while issuing).
-        unsafe {
-            match dir {
-                Dir::Put => self.conduit.put(rank, remote, local as *const u8, nbytes)?,
-                Dir::Get => self.conduit.get(rank, remote, local as *mut u8, nbytes)?,
+        let local_plain =
+            !self.fh.local_side || self.plain_access(self.rank, local, nbytes).is_some();
+        if local_plain {
+            if let Some(_proof) = self.plain_access(rank, remote, nbytes) {
+                // Library heap or an explicitly registered region: no firehose.
+                // SAFETY: the caller of the public functions guarantees `local` is
+                // valid for nbytes until the operation completes (documented per
+                // call); `remote` was approved by the target (proof held).
+                unsafe { self.raw(dir, rank, remote, local, nbytes, blocking)? };
+                if !blocking {
+                    self.rma.bump(rank);
+                }
+                return Ok(());
             }
         }
-        self.count_rma(dir, nbytes);
+        if rank == self.rank && self.plain_access(rank, remote, nbytes).is_none() {
+            // Own memory outside registered regions: the kernel copies it, so a bad
+            // address is FH_ERR_ACCESS, never a fault.
+            return match dir {
+                Dir::Put => os::copy_checked(remote, local, nbytes),
+                Dir::Get => os::copy_checked(local, remote, nbytes),
+            };
+        }
+        let remote_plain = self.plain_access(rank, remote, nbytes).is_some();
+        let mut off = 0;
+        while off < nbytes {
+            let c = self.fh_chunk(remote + off, nbytes - off, local + off);
+            let lpins = if local_plain {
+                Vec::new()
+            } else {
+                self.fh_acquire_local(local + off, c)?
+            };
+            let put_src = (dir == Dir::Put).then_some((local + off) as *const u8);
+            let acquired = if remote_plain {
+                // Registered/heap target, local side pinned above.
+                Ok(Grant::Pins(OpPins {
+                    rank,
+                    remote: vec![],
+                    local: vec![],
+                }))
+            } else {
+                self.fh_acquire_remote(rank, remote + off, c, put_src)
+            };
+            let grant = match acquired {
+                Ok(g) => g,
+                Err(e) => {
+                    self.fh_release_pins(OpPins {
+                        rank,
+                        remote: vec![],
+                        local: lpins,
+                    });
+                    return Err(e);
+                }
+            };
+            let (mut pins, carried) = match grant {
+                Grant::Done => (
+                    OpPins {
+                        rank,
+                        remote: vec![],
+                        local: vec![],
+                    },
+                    true,
+                ),
+                Grant::Pins(p) => (p, false),
+            };
+            pins.local = lpins;
+            if !carried {
+                // SAFETY: as above; the target range is covered by live firehoses
+                // (pinned and registered there until we release them, which happens
+                // only after this operation completes).
+                let r = unsafe {
+                    self.issue_units(dir, rank, remote + off, local + off, c, blocking, &pins)
+                };
+                if let Err(e) = r {
+                    self.fh_release_pins(pins);
+                    return Err(e);
+                }
+            }
+            if blocking {
+                self.fh_release_pins(pins);
+            } else {
+                let seq = self.rma.bump(rank);
+                self.fh_hold(rank, seq, pins);
+            }
+            off += c;
+        }
         Ok(())
+    }
+
+    /// Issue a transfer covered by several firehose units as one operation per unit:
+    /// a conduit registration is one unit (an MPI dynamic window refuses an access
+    /// that spans two attachments).
+    ///
+    /// # Safety
+    /// As `raw`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn issue_units(
+        &self,
+        dir: Dir,
+        rank: usize,
+        remote: usize,
+        local: usize,
+        n: usize,
+        blocking: bool,
+        pins: &OpPins,
+    ) -> Result<()> {
+        if pins.remote.len() <= 1 {
+            // SAFETY: forwarded contract.
+            return unsafe { self.raw(dir, rank, remote, local, n, blocking) };
+        }
+        let mut cuts: Vec<(usize, usize)> = {
+            let t = self.fh.peers[rank].lock();
+            pins.remote
+                .iter()
+                .filter_map(|&(s, _)| t.end_of(s).map(|e| (s, e)))
+                .collect()
+        };
+        cuts.sort_unstable();
+        let end = remote + n;
+        for (s, e) in cuts {
+            let a = s.max(remote);
+            let b = e.min(end);
+            if a >= b {
+                continue;
+            }
+            // SAFETY: forwarded contract; [a, b) lies inside one unit.
+            unsafe { self.raw(dir, rank, a, local + (a - remote), b - a, false)? };
+        }
+        if blocking {
+            self.conduit.flush(rank)?;
+        }
+        Ok(())
+    }
+
+    /// Hand one transfer to the conduit.
+    ///
+    /// # Safety
+    /// `local` valid for `nbytes` until completion; `remote` accessible at `rank`.
+    #[inline]
+    unsafe fn raw(
+        &self,
+        dir: Dir,
+        r: usize,
+        remote: usize,
+        local: usize,
+        nbytes: usize,
+        blocking: bool,
+    ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe {
+            match (blocking, &self.mpi, dir) {
+                // Static dispatch on the MPI conduit: the whole path inlines.
+                (true, Some(m), Dir::Put) => m.put_now(r, remote, local as *const u8, nbytes),
+                (true, Some(m), Dir::Get) => m.get_now(r, remote, local as *mut u8, nbytes),
+                (true, None, Dir::Put) => {
+                    self.conduit.put_sync(r, remote, local as *const u8, nbytes)
+                }
+                (true, None, Dir::Get) => {
+                    self.conduit.get_sync(r, remote, local as *mut u8, nbytes)
+                }
+                (false, _, Dir::Put) => self.conduit.put(r, remote, local as *const u8, nbytes),
+                (false, _, Dir::Get) => self.conduit.get(r, remote, local as *mut u8, nbytes),
+            }
+        }
     }
 
     fn blocking(
@@ -215,25 +388,7 @@ impl CtxInner {
         if nbytes == 0 {
             return Ok(());
         }
-        {
-            let _proof = self.access(r, remote, nbytes)?;
-            // SAFETY: local is valid for nbytes for the duration of this blocking call
-            // (the public contract); remote was approved by the target (proof held).
-            unsafe {
-                match (&self.mpi, dir) {
-                    // Static dispatch on the MPI conduit: the whole path inlines.
-                    (Some(m), Dir::Put) => m.put_now(r, remote, local as *const u8, nbytes)?,
-                    (Some(m), Dir::Get) => m.get_now(r, remote, local as *mut u8, nbytes)?,
-                    (None, Dir::Put) => {
-                        self.conduit
-                            .put_sync(r, remote, local as *const u8, nbytes)?
-                    }
-                    (None, Dir::Get) => {
-                        self.conduit.get_sync(r, remote, local as *mut u8, nbytes)?
-                    }
-                }
-            }
-        }
+        self.transfer(dir, r, remote, local, nbytes, true)?;
         self.count_rma(dir, nbytes);
         self.maybe_poll();
         Ok(())
@@ -271,7 +426,8 @@ impl CtxInner {
         if nbytes == 0 {
             return Ok(HANDLE_NULL);
         }
-        self.issue(dir, r, remote, local, nbytes)?;
+        self.transfer(dir, r, remote, local, nbytes, false)?;
+        self.count_rma(dir, nbytes);
         let h = self.rma.new_handle(r);
         self.maybe_poll();
         Ok(h)
@@ -290,10 +446,10 @@ impl CtxInner {
         if nbytes == 0 {
             return Ok(());
         }
-        self.issue(dir, r, remote, local, nbytes)?;
+        self.transfer(dir, r, remote, local, nbytes, false)?;
+        self.count_rma(dir, nbytes);
         {
             let mut g = self.rma.inner.lock();
-            g.issued[r] += 1;
             match dir {
                 Dir::Put => g.nbi_puts = true,
                 Dir::Get => g.nbi_gets = true,
@@ -433,6 +589,15 @@ impl CtxInner {
     pub fn test_nbi(&self, which: i32) -> Result<bool> {
         self.wait_nbi(which)?;
         Ok(true)
+    }
+
+    /// Flush `rank` (firehose replacement: complete operations, release firehoses).
+    pub fn rma_flush_rank(&self, rank: usize) -> Result<()> {
+        self.rma.flush_rank(self, rank)
+    }
+
+    pub fn rma_flush_all(&self) -> Result<()> {
+        self.rma.flush_all(self)
     }
 
     /// Number of explicit handles not yet synced (for tests and leak checks).

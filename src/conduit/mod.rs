@@ -35,6 +35,12 @@ pub struct Caps {
     pub frame_headroom: usize,
     /// Remote atomics are implemented.
     pub atomics: bool,
+    /// Firehose mode when the user chose none (seed 000 §3.3: the network decides).
+    pub fh_mode: crate::runtime::config::FhMode,
+    /// Separate registrations firehose may hold at once (None: no limit).
+    pub max_registrations: Option<usize>,
+    /// The local side of a put/get must be registered too (a strict RDMA NIC).
+    pub local_registration: bool,
 }
 
 /// A bulk payload to send with a frame.

@@ -8,6 +8,7 @@
 //! to flush or to keep memory registered fail their tests here.
 
 use super::{Caps, Conduit, LongIn, LongSrc, SendId, Sink};
+use crate::runtime::config::FhMode;
 use crate::runtime::error::Result;
 use crate::runtime::os::Mapping;
 use crate::{bail, err};
@@ -97,8 +98,43 @@ impl SimWorld {
                 max_frame,
                 frame_headroom: 0,
                 atomics: false,
+                fh_mode: FhMode::Page,
+                max_registrations: None,
+                local_registration: true,
             },
         })
+    }
+
+    /// Node `rank`'s registrations (start, end), for tests: the oracle of what is
+    /// really pinned.
+    pub fn registrations(&self, rank: usize) -> Vec<(usize, usize)> {
+        self.nodes[rank]
+            .regs
+            .lock()
+            .iter()
+            .map(|(&s, &e)| (s, e))
+            .collect()
+    }
+
+    /// True if `[addr, addr+len)` is covered by node `rank`'s heap or by adjacent
+    /// registrations (the local side of a transfer: a scatter/gather list may name
+    /// several registrations, one per element).
+    fn locally_accessible(&self, rank: usize, addr: usize, len: usize) -> bool {
+        if self.accessible(rank, addr, len) {
+            return true;
+        }
+        let Some(end) = addr.checked_add(len) else {
+            return false;
+        };
+        let regs = self.nodes[rank].regs.lock();
+        let mut cur = addr;
+        while cur < end {
+            match regs.range(..=cur).next_back() {
+                Some((_, &e)) if e > cur => cur = e,
+                _ => return false,
+            }
+        }
+        true
     }
 
     /// True if `[addr, addr+len)` is inside node `rank`'s heap or one registration.
@@ -265,6 +301,14 @@ impl Conduit for SimConduit {
     unsafe fn put(&self, rank: usize, raddr: usize, src: *const u8, len: usize) -> Result<()> {
         self.check_live()?;
         self.check_rank(rank)?;
+        if !self.world.locally_accessible(self.rank, src as usize, len) {
+            bail!(
+                Access,
+                "sim: local buffer [{:#x}, +{}) of a put is not registered on this node",
+                src as usize,
+                len
+            );
+        }
         if !self.world.accessible(rank, raddr, len) {
             bail!(
                 Access,
@@ -285,6 +329,14 @@ impl Conduit for SimConduit {
     unsafe fn get(&self, rank: usize, raddr: usize, dst: *mut u8, len: usize) -> Result<()> {
         self.check_live()?;
         self.check_rank(rank)?;
+        if !self.world.locally_accessible(self.rank, dst as usize, len) {
+            bail!(
+                Access,
+                "sim: local buffer [{:#x}, +{}) of a get is not registered on this node",
+                dst as usize,
+                len
+            );
+        }
         if !self.world.accessible(rank, raddr, len) {
             bail!(
                 Access,
@@ -430,10 +482,16 @@ mod tests {
         let mut target = vec![0u8; 64];
         let t = target.as_mut_ptr() as usize;
         let src = [7u8; 16];
+        let s = src.as_ptr() as usize;
         // SAFETY: src outlives the flush below.
         let e = unsafe { c0.put(1, t, src.as_ptr(), 16) }.unwrap_err();
         assert_eq!(e.status, crate::runtime::error::Status::Access);
         c1.register(t, 64).unwrap();
+        // The local side must be registered too (a strict NIC).
+        // SAFETY: as above.
+        let e = unsafe { c0.put(1, t + 8, src.as_ptr(), 16) }.unwrap_err();
+        assert_eq!(e.status, crate::runtime::error::Status::Access);
+        c0.register(s, 16).unwrap();
         // SAFETY: as above.
         unsafe { c0.put(1, t + 8, src.as_ptr(), 16) }.unwrap();
         assert_eq!(target[8], 0, "data must not move before flush");

@@ -144,7 +144,7 @@ pub extern "C" fn fh_am_request_long(
             crate::bail!(InvalidArg, "long payload of {} bytes exceeds fh_am_max_long() = {}", nbytes, c.am_max_long());
         }
         // Ask the target now so a bad destination is a synchronous error.
-        drop(c.access(r, dst as usize, nbytes)?);
+        c.check_registered(r, dst as usize, nbytes)?;
         c.am_request(r, Category::Long, user_index(index)?, a, &[], Some(LongOut { dst: dst as usize, data: b }))?;
         OK
     })

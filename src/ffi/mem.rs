@@ -32,7 +32,9 @@ pub extern "C" fn fh_free(ctx: *mut fh_ctx_t, ptr: *mut c_void) {
 /// Make `[addr, addr+len)` of this rank remotely accessible (registered with the
 /// conduit and, with FH_PIN=mlock, locked in RAM) until fh_mem_unregister. The range
 /// must be mapped and must not overlap another registration or the library heap.
-/// If mlock fails (RLIMIT_MEMLOCK) the range is registered without locking.
+/// If mlock fails (RLIMIT_MEMLOCK) the range is registered without locking. Firehose
+/// pins other ranks hold in the range are dropped first (they are told and must be
+/// polling; one round trip per such rank).
 /// Errors: FH_ERR_INVALID_ARG, FH_ERR_ACCESS (not mapped), FH_ERR_MPI (attach
 /// failed). Thread-safe; not from handlers.
 #[no_mangle]
@@ -59,8 +61,12 @@ pub extern "C" fn fh_mem_unregister(ctx: *mut fh_ctx_t, addr: *mut c_void, len: 
     })
 }
 
-/// The range was freed or remapped: drop every registration overlapping it, here and
-/// in every peer's cache (as fh_mem_unregister does). FH_OK even if nothing overlapped.
+/// The range was freed or remapped: drop every registration and every firehose pin
+/// overlapping it, here and in every peer that holds one (each is told to forget it
+/// and complete its operations, and acknowledges, before this returns; they must be
+/// polling). Call it after munmap/free and before the memory is reused, so no rank
+/// keeps writing through a stale pin. FH_OK even if nothing overlapped. Not from
+/// handlers.
 #[no_mangle]
 pub extern "C" fn fh_mem_invalidate(ctx: *mut fh_ctx_t, addr: *mut c_void, len: usize) -> c_int {
     crate::ffi_boundary!(status {

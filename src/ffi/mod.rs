@@ -16,6 +16,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub mod am;
+pub mod firehose;
 pub mod init;
 pub mod mem;
 pub mod rma;

@@ -1,8 +1,22 @@
-//! The registration layer between the API objects and the conduit.
+//! The registration layer between the API objects and the conduit: the Firehose
+//! algorithm (seed 000 §3; seed 001; seed 002's firehose slides).
 //!
-//! Today it holds the explicit-registration tables: [`registry::LocalRegions`]
-//! (what this rank registered, and which peers have cached it) and
-//! [`registry::RemoteCache`] (what we know peers registered). The firehose algorithm
-//! proper (buckets, victim FIFOs, moves) builds on these in the firehose issue.
+//! - [`params`]: M, MAXVICTIM, f, page or region granule, strategy baselines.
+//! - [`local`]: the local bucket/region table — pinned units with reference counts
+//!   from remote firehoses and local operations, the local victim FIFO, the bound
+//!   M + MAXVICTIM.
+//! - [`remote`]: the remote firehose table per peer — firehoses with reference
+//!   counts, PENDING placeholders, the per-node remote victim FIFO, replacement.
+//! - [`victim`]: the FIFO both tables use (lazy, second-chance LRU, O(1)).
+//! - [`registry`]: explicitly registered regions (`fh_mem_register`), which act as
+//!   prepinned memory.
+//!
+//! The move protocol that connects the tables across ranks (AM handlers, put/get
+//! integration, the explicit pin API) lives one layer up in `api::fh`; everything
+//! here is pure data structure, tested against models.
 
+pub mod local;
+pub mod params;
 pub mod registry;
+pub mod remote;
+pub mod victim;

@@ -132,6 +132,24 @@ impl LocalRegions {
         (end <= r.end).then_some((s, r.end))
     }
 
+    /// Bounds of the regions overlapping `[lo, hi)`.
+    pub fn bounds_near(&self, lo: usize, hi: usize) -> Vec<(usize, usize)> {
+        let m = self.map.read();
+        m.range(..hi)
+            .rev()
+            .take_while(|(_, r)| r.end > lo)
+            .map(|(&s, r)| (s, r.end))
+            .collect()
+    }
+
+    /// Start of the first region beginning in `(addr, limit)`, else `limit`.
+    pub fn next_start(&self, addr: usize, limit: usize) -> usize {
+        let m = self.map.read();
+        m.range(addr.saturating_add(1)..limit)
+            .next()
+            .map_or(limit, |(&s, _)| s)
+    }
+
     /// Hold the table for reading (keeps regions from being removed meanwhile).
     pub fn read(&self) -> RwLockReadGuard<'_, BTreeMap<usize, Region>> {
         self.map.read()

@@ -27,6 +27,39 @@ pub enum Pin {
     None,
 }
 
+/// Firehose pin granularity (seed 000 §3.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FhMode {
+    /// Page-based networks: the unit of pinning is a bucket (one page).
+    Page,
+    /// Region-based networks: the unit is a region of adjacent buckets, up to
+    /// `FH_FIREHOSE_MAXREGION_SIZE`; limits count regions.
+    Region,
+}
+
+/// Registration strategy (seed 000 Table 1); all but `Firehose` are baselines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    Firehose,
+    /// Every operation pins at the target (a round trip), then unpins after it.
+    RendezvousUnpin,
+    /// Every operation asks the target (a round trip); nothing is ever unpinned.
+    RendezvousKeep,
+    /// Pin on first touch and never unpin: hits are one-sided, memory only grows.
+    PinEverything,
+}
+
+impl Strategy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Firehose => "firehose",
+            Strategy::RendezvousUnpin => "rendezvous-unpin",
+            Strategy::RendezvousKeep => "rendezvous-keep",
+            Strategy::PinEverything => "pin-everything",
+        }
+    }
+}
+
 /// MPI thread level requested by `fh_init_world`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ThreadLevel {
@@ -68,6 +101,17 @@ pub struct Config {
     pub pin: Pin,
     pub mpi_thread: ThreadLevel,
     pub verbose: bool,
+    /// Firehose M in bytes (None: derived from RAM and RLIMIT_MEMLOCK).
+    pub fh_m: Option<usize>,
+    pub fh_maxvictim: Option<usize>,
+    /// None: the conduit's default.
+    pub fh_mode: Option<FhMode>,
+    pub fh_maxregion: usize,
+    pub fh_maxregions: Option<usize>,
+    pub fh_maxvictim_r: Option<usize>,
+    pub fh_putinmove: usize,
+    pub registration: Strategy,
+    pub stats: bool,
     /// `sources[i]` is where `SETTINGS[i]` came from.
     pub sources: Vec<Source>,
 }
@@ -230,6 +274,121 @@ pub static SETTINGS: &[Setting] = &[
         },
         show: |c| (c.verbose as u8).to_string(),
     },
+    Setting {
+        name: "FH_FIREHOSE_M",
+        default: "auto",
+        help: "bytes of this node's memory remote firehoses may pin (M); auto: 7/8 of min(RLIMIT_MEMLOCK, RAM/(2 x ranks on the node))",
+        set: |c, v| {
+            c.fh_m = parse_auto_size(v)?;
+            Ok(())
+        },
+        show: |c| show_auto(c.fh_m),
+    },
+    Setting {
+        name: "FH_FIREHOSE_MAXVICTIM_M",
+        default: "auto",
+        help: "bytes of unreferenced pinned memory kept for reuse (MAXVICTIM); auto: M/7",
+        set: |c, v| {
+            c.fh_maxvictim = parse_auto_size(v)?;
+            Ok(())
+        },
+        show: |c| show_auto(c.fh_maxvictim),
+    },
+    Setting {
+        name: "FH_FIREHOSE_MODE",
+        default: "auto",
+        help: "page or region pinning; auto: the conduit decides (MPI: region, sim: page)",
+        set: |c, v| {
+            c.fh_mode = match v {
+                "auto" => None,
+                "page" => Some(FhMode::Page),
+                "region" => Some(FhMode::Region),
+                _ => bail!(InvalidArg, "expected auto, page or region"),
+            };
+            Ok(())
+        },
+        show: |c| match c.fh_mode {
+            None => "auto".into(),
+            Some(FhMode::Page) => "page".into(),
+            Some(FhMode::Region) => "region".into(),
+        },
+    },
+    Setting {
+        name: "FH_FIREHOSE_MAXREGION_SIZE",
+        default: "1M",
+        help: "region mode: largest region (a power of two, at least a page)",
+        set: |c, v| {
+            let n = parse_size(v)?;
+            if !n.is_power_of_two() || n < 4096 || n > 1 << 30 {
+                bail!(InvalidArg, "must be a power of two between 4K and 1G");
+            }
+            c.fh_maxregion = n;
+            Ok(())
+        },
+        show: |c| show_size(c.fh_maxregion),
+    },
+    Setting {
+        name: "FH_FIREHOSE_MAXREGIONS",
+        default: "auto",
+        help: "region mode: regions remote firehoses may hold on this node (R); auto: M / MAXREGION_SIZE, within the conduit's limit",
+        set: |c, v| {
+            c.fh_maxregions = if v == "auto" { None } else { Some(parse_count(v, 1, 1 << 24)?) };
+            Ok(())
+        },
+        show: |c| c.fh_maxregions.map_or("auto".into(), |n| n.to_string()),
+    },
+    Setting {
+        name: "FH_FIREHOSE_MAXVICTIM_R",
+        default: "auto",
+        help: "region mode: unreferenced regions kept pinned for reuse; auto: R/6 (at least 1)",
+        set: |c, v| {
+            c.fh_maxvictim_r = if v == "auto" { None } else { Some(parse_count(v, 0, 1 << 24)?) };
+            Ok(())
+        },
+        show: |c| c.fh_maxvictim_r.map_or("auto".into(), |n| n.to_string()),
+    },
+    Setting {
+        name: "FH_FIREHOSE_PUTINMOVE_LIMIT",
+        default: "2K",
+        help: "a put up to this size that misses travels inside the move request (0: never)",
+        set: |c, v| {
+            c.fh_putinmove = parse_size(v)?;
+            if c.fh_putinmove > 16 << 10 {
+                bail!(InvalidArg, "must be at most 16K");
+            }
+            Ok(())
+        },
+        show: |c| show_size(c.fh_putinmove),
+    },
+    Setting {
+        name: "FH_REGISTRATION",
+        default: "firehose",
+        help: "firehose | rendezvous-unpin | rendezvous-keep | pin-everything (seed 000 Table 1 baselines)",
+        set: |c, v| {
+            c.registration = match v {
+                "firehose" => Strategy::Firehose,
+                "rendezvous-unpin" => Strategy::RendezvousUnpin,
+                "rendezvous-keep" => Strategy::RendezvousKeep,
+                "pin-everything" => Strategy::PinEverything,
+                _ => bail!(
+                    InvalidArg,
+                    "expected firehose, rendezvous-unpin, rendezvous-keep or pin-everything"
+                ),
+            };
+            Ok(())
+        },
+        show: |c| c.registration.name().into(),
+    },
+    Setting {
+        name: "FH_STATS",
+        default: "0",
+        help: "1: print a per-rank firehose/RMA statistics summary at fh_finalize",
+        set: |c, v| {
+            c.stats = parse_bool(v)?;
+            Ok(())
+        },
+        show: |c| (c.stats as u8).to_string(),
+    },
 ];
 
 /// Index of a setting by name.
@@ -251,6 +410,15 @@ impl Config {
             pin: Pin::Mlock,
             mpi_thread: ThreadLevel::Multiple,
             verbose: false,
+            fh_m: None,
+            fh_maxvictim: None,
+            fh_mode: None,
+            fh_maxregion: 0,
+            fh_maxregions: None,
+            fh_maxvictim_r: None,
+            fh_putinmove: 0,
+            registration: Strategy::Firehose,
+            stats: false,
             sources: vec![Source::Default; SETTINGS.len()],
         };
         for s in SETTINGS {
@@ -375,6 +543,18 @@ pub fn parse_size(v: &str) -> Result<usize> {
         .checked_mul(1u64 << shift)
         .ok_or_else(|| err!(InvalidArg, "size out of range"))?;
     usize::try_from(bytes).map_err(|_| err!(InvalidArg, "size out of range"))
+}
+
+fn parse_auto_size(v: &str) -> Result<Option<usize>> {
+    if v.trim() == "auto" {
+        Ok(None)
+    } else {
+        parse_size(v).map(Some)
+    }
+}
+
+fn show_auto(v: Option<usize>) -> String {
+    v.map_or("auto".into(), show_size)
 }
 
 fn parse_count(v: &str, min: usize, max: usize) -> Result<usize> {

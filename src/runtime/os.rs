@@ -60,6 +60,87 @@ pub fn is_mapped(addr: usize, len: usize) -> bool {
     true
 }
 
+/// The largest range inside `[lo, hi)` that contains `[addr, addr+len)` and is
+/// entirely mapped, probed page by page outward (one `mincore` for the common case
+/// of a fully mapped window). `None` if the range itself is not mapped.
+/// `lo`, `hi` must be page aligned with `lo <= addr` and `addr + len <= hi`.
+pub fn mapped_extent(addr: usize, len: usize, lo: usize, hi: usize) -> Option<(usize, usize)> {
+    debug_assert!(lo <= addr && addr + len <= hi);
+    if is_mapped(lo, hi - lo) {
+        return Some((lo, hi));
+    }
+    if !is_mapped(addr, len.max(1)) {
+        return None;
+    }
+    let p = page_size();
+    let (mut s, span) = page_span(addr, len.max(1));
+    let mut e = s + span;
+    while s > lo && is_mapped(s - p, p) {
+        s -= p;
+    }
+    while e < hi && is_mapped(e, p) {
+        e += p;
+    }
+    Some((s, e))
+}
+
+/// Copy `data` to `addr` in this process through the kernel (`process_vm_writev` on
+/// ourselves), so an unwritable or unmapped destination is an `FH_ERR_ACCESS` instead
+/// of a fault. Used for data a peer sent (put-in-move).
+pub fn write_checked(addr: usize, data: &[u8]) -> Result<()> {
+    copy_checked(addr, data.as_ptr() as usize, data.len())
+}
+
+/// Copy `len` bytes from `src` to `dst` inside this process through the kernel: an
+/// unreadable source or unwritable destination is `FH_ERR_ACCESS`, never a fault.
+pub fn copy_checked(dst: usize, src: usize, len: usize) -> Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let local = libc::iovec {
+        iov_base: src as *mut libc::c_void,
+        iov_len: len,
+    };
+    let remote = libc::iovec {
+        iov_base: dst as *mut libc::c_void,
+        iov_len: len,
+    };
+    // SAFETY: the kernel validates both ranges (EFAULT on a bad one); no Rust
+    // reference to either is created.
+    let n = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n == len as isize {
+        return Ok(());
+    }
+    bail!(
+        Access,
+        "cannot copy {} bytes from {:#x} to {:#x} in this process: {}",
+        len,
+        src,
+        dst,
+        if n >= 0 {
+            "short copy".to_string()
+        } else {
+            std::io::Error::last_os_error().to_string()
+        }
+    )
+}
+
+/// Physical memory of this machine in bytes (0 if unknown).
+pub fn phys_mem() -> u64 {
+    // SAFETY: sysconf only reads system configuration.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    if pages <= 0 || size <= 0 {
+        0
+    } else {
+        pages as u64 * size as u64
+    }
+}
+
 /// Lock `[addr, addr+len)` in RAM.
 pub fn mlock(addr: usize, len: usize) -> Result<()> {
     if len == 0 {

@@ -1,7 +1,8 @@
 ! Fortran test of the firehose module (include/firehose.f90) at 2+ ranks:
 ! fh_init_comm_f on MPI_COMM_WORLD, fh_rank/fh_size, fh_config_t layout, fh_malloc,
 ! address exchange with MPI_Allgather, ring fh_put + fh_get of real(c_double) data,
-! a Fortran short-AM handler with a reply, fh_put_nb + fh_wait, fh_finalize.
+! a Fortran short-AM handler with a reply, fh_put_nb + fh_wait, fh_stats_get into
+! the fh_stats_t derived type, fh_finalize.
 ! Prints "PASS fortran" on rank 0; any failure is `error stop 1`.
 module test_basic_state
   use firehose
@@ -99,6 +100,7 @@ program test_basic
   integer :: ierr, np, right, left, i, k, mpi_me, mpi_np
   integer(c_size_t) :: nbytes
   type(fh_config_t), target :: cfg
+  type(fh_stats_t), target :: stats
   type(c_ptr) :: heap
   real(c_double), pointer :: hx(:)
   real(c_double), target :: src(n), dst(n), src2(n)
@@ -207,6 +209,14 @@ program test_basic
   call check(pings == npings, "ping handler count")
   call check(pongs == npings, "pong handler count")
   call check(handler_errors == 0, "a handler saw wrong arguments")
+
+  ! Statistics land in the fh_stats_t derived type.
+  stats%struct_size = c_sizeof(stats)
+  call check_rc(fh_stats_get(ctx, c_loc(stats)), FH_OK, "fh_stats_get")
+  call check(stats%struct_size > 0, "fh_stats_t struct_size is 0")
+  call check(stats%limit_bytes > 0, "fh_stats_t limit_bytes is 0")
+  call check(stats%puts >= 2, "fh_stats_t puts: fewer than the 2 puts made")
+  call check_rc(fh_stats_get(c_null_ptr, c_loc(stats)), FH_ERR_INVALID_ARG, "fh_stats_get(NULL)")
 
   call fh_free(ctx, heap)
   call check_rc(fh_finalize(ctx), FH_OK, "fh_finalize")

@@ -21,7 +21,7 @@ pub mod boot;
 
 use super::{Caps, Conduit, LongIn, LongSrc, SendId, Sink};
 use crate::bail;
-use crate::runtime::config::{Config, Pin, ThreadLevel};
+use crate::runtime::config::{Config, FhMode, Pin, ThreadLevel};
 use crate::runtime::error::Result;
 use crate::runtime::os::{self, Mapping};
 use boot::check;
@@ -39,6 +39,8 @@ const LONG_TAG_BASE: u32 = 2;
 const LONG_TAG_SPAN: u32 = 32000;
 /// Conduit frame prefix: magic u16, flags u16, long tag u32, long length u64.
 const PREFIX: usize = 16;
+/// Open MPI 4.1 osc/rdma: attachments per dynamic window (`osc_rdma_max_attach`).
+const OMPI_MAX_ATTACH: usize = 64;
 const MAGIC: u16 = 0xFC01;
 const FLAG_LONG: u16 = 1;
 
@@ -273,6 +275,13 @@ impl MpiConduit {
                     max_frame,
                     frame_headroom: PREFIX,
                     atomics: false,
+                    // Region mode: MPI_Win_attach takes any range, and Open MPI's
+                    // osc/rdma holds at most 64 attachments per dynamic window (one
+                    // per page would exhaust it); 16 are left for fh_mem_register.
+                    fh_mode: FhMode::Region,
+                    max_registrations: (boot::BUILT_FOR == "openmpi")
+                        .then_some(OMPI_MAX_ATTACH - 16),
+                    local_registration: false,
                 },
                 rank,
                 size,

@@ -1,0 +1,1300 @@
+//! Firehose inside a context: the move protocol (seed 000 §3.1, Fig. 2), the
+//! integration with put/get, the explicit pin API (§3.3) and invalidation.
+//!
+//! Protocol. A request for `[addr, addr+len)` on rank r consults r's remote firehose
+//! table ([`PeerTable::plan`]). A hit is fully one-sided. A miss reserves firehoses
+//! (placeholders in state PENDING) and sends one `H_FH_MOVE` request carrying the
+//! releases of replaced firehoses, the pieces to pin and, for a small put, the data
+//! itself (put-in-move). The target's handler releases, pins (mlock + conduit
+//! registration through [`LocalTable`]), writes a carried put, and answers with the
+//! units it pinned for us (plus any explicitly registered region the request fell in:
+//! those act as prepinned and cost no firehose). Requests touching only pending
+//! entries wait for the move in flight instead of sending another.
+//!
+//! Safety. The target validates everything: pieces must be inside one granule, mapped
+//! (`mincore`), outside the library heap; a carried put is written with
+//! `process_vm_writev` on itself, which fails with EFAULT on unwritable memory instead
+//! of faulting. A bad release is ignored and counted. Refusals travel back in the
+//! answer's status and become the initiator's `FH_ERR_*`.
+//!
+//! Handler context: the move and answer handlers never wait; the local table is
+//! locked for a bounded time (no polling under any table lock).
+
+use super::am::{self, Token, H_INVALIDATE};
+use super::ctx::CtxInner;
+use super::wire::{Category, Frame};
+use crate::firehose::local::{Held, LocalTable, Pinner};
+use crate::firehose::params::Params;
+use crate::firehose::remote::{PeerTable, Plan};
+use crate::runtime::config::{Pin, Strategy};
+use crate::runtime::error::{Error, Result, Status};
+use crate::runtime::os;
+use crate::{bail, err};
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+pub const H_FH_MOVE: u8 = 5;
+pub const H_FH_ANSWER: u8 = 6;
+pub const H_FH_RELEASE: u8 = 7;
+
+/// Answer entry kinds.
+const KIND_UNIT: u64 = 0;
+const KIND_REGION: u64 = 1;
+
+/// Most pieces one move may ask for (keeps the frame bounded).
+const MAX_PIECES_PER_MOVE: usize = 256;
+
+/// Firehose counters (see `fh_stats_t`).
+#[derive(Default)]
+pub struct FhStats {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub pending_hits: AtomicU64,
+    pub local_hits: AtomicU64,
+    pub local_misses: AtomicU64,
+    pub try_hits: AtomicU64,
+    pub try_misses: AtomicU64,
+    pub partial_pins: AtomicU64,
+    pub moves_sent: AtomicU64,
+    pub moves_handled: AtomicU64,
+    pub putinmove: AtomicU64,
+    pub stall_ns: AtomicU64,
+    pub bad_releases: AtomicU64,
+}
+
+impl FhStats {
+    pub fn reset(&self) {
+        for c in [
+            &self.hits,
+            &self.misses,
+            &self.pending_hits,
+            &self.local_hits,
+            &self.local_misses,
+            &self.try_hits,
+            &self.try_misses,
+            &self.partial_pins,
+            &self.moves_sent,
+            &self.moves_handled,
+            &self.putinmove,
+            &self.stall_ns,
+            &self.bad_releases,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A move in flight: `None` until answered, then the status and whether a carried
+/// put was written.
+type MoveSlot = Option<(i32, bool)>;
+
+/// References an operation or a pin holds until it completes or is released.
+#[derive(Default, Debug)]
+pub struct OpPins {
+    pub rank: usize,
+    pub remote: Vec<Held>,
+    pub local: Vec<Held>,
+}
+
+impl OpPins {
+    pub fn is_empty(&self) -> bool {
+        self.remote.is_empty() && self.local.is_empty()
+    }
+}
+
+/// An explicit pin (`fh_pin_t`).
+#[derive(Debug)]
+pub struct PinObj {
+    pub magic: u64,
+    pub start: usize,
+    pub len: usize,
+    /// `None`: a local pin.
+    pub rank: Option<usize>,
+    pub pins: OpPins,
+}
+
+pub const PIN_MAGIC: u64 = 0x6669_7265_7069_6e21;
+pub const PIN_DEAD: u64 = 0x6465_6164_7069_6e21;
+
+/// A non-blocking remote pin waiting for its moves.
+pub struct PendingPin {
+    pub rank: usize,
+    pub addr: usize,
+    pub len: usize,
+    pub waits: Vec<u64>,
+    pub cb: Box<dyn FnOnce(Result<Box<PinObj>>) + Send>,
+}
+
+pub struct FhState {
+    pub params: Params,
+    pub local: Mutex<LocalTable>,
+    pub peers: Vec<Mutex<PeerTable>>,
+    moves: Mutex<HashMap<u64, MoveSlot>>,
+    /// Per rank: references of issued operations, released once `completed[rank]`
+    /// reaches their sequence number.
+    inflight: Mutex<Vec<VecDeque<(u64, OpPins)>>>,
+    pub pending_pins: Mutex<Vec<PendingPin>>,
+    pub stats: FhStats,
+    /// The conduit needs the local side of a transfer registered too.
+    pub local_side: bool,
+}
+
+impl FhState {
+    pub fn new(params: Params, size: usize, local_side: bool) -> FhState {
+        FhState {
+            local: Mutex::new(LocalTable::new(params.clone(), size)),
+            peers: (0..size)
+                .map(|_| Mutex::new(PeerTable::default()))
+                .collect(),
+            moves: Mutex::new(HashMap::new()),
+            inflight: Mutex::new((0..size).map(|_| VecDeque::new()).collect()),
+            pending_pins: Mutex::new(Vec::new()),
+            stats: FhStats::default(),
+            local_side,
+            params,
+        }
+    }
+}
+
+/// Pins on behalf of the local table: mlock (the physical resource) + conduit
+/// registration; the extent check keeps units out of the heap and registered regions.
+pub struct CtxPinner<'a> {
+    pub ctx: &'a CtxInner,
+}
+
+impl Pinner for CtxPinner<'_> {
+    fn pin(&mut self, s: usize, e: usize) -> Result<bool> {
+        let ctx = self.ctx;
+        let (ls, le) = inner_pages(s, e);
+        let locked = ctx.cfg.pin == Pin::Mlock && le > ls && os::mlock(ls, le - ls).is_ok();
+        if ctx.cfg.pin == Pin::Mlock && le > ls && !locked {
+            ctx.count(&ctx.stats.mlock_failures, 1);
+        }
+        if let Err(e2) = ctx.conduit.register(s, e - s) {
+            if locked {
+                os::munlock(ls, le - ls);
+            }
+            return Err(e2);
+        }
+        Ok(locked || ctx.cfg.pin == Pin::None)
+    }
+
+    fn unpin(&mut self, s: usize, e: usize, locked: bool) {
+        let ctx = self.ctx;
+        if let Err(err) = ctx.conduit.deregister(s, e - s) {
+            ctx.record_async_error(err);
+        }
+        let (ls, le) = inner_pages(s, e);
+        if locked && ctx.cfg.pin == Pin::Mlock && le > ls {
+            os::munlock(ls, le - ls);
+        }
+    }
+
+    fn extent(&self, a: usize, b: usize, lo: usize, hi: usize) -> Option<(usize, usize)> {
+        let ctx = self.ctx;
+        let (hb, hl) = ctx.conduit.heap();
+        let (mut lo, mut hi) = (lo, hi);
+        // Keep out of the library heap and of explicitly registered regions.
+        for (s, e) in std::iter::once((hb, hb + hl)).chain(ctx.local_regs.bounds_near(lo, hi)) {
+            if s < b && e > a {
+                return None;
+            }
+            if e <= a {
+                lo = lo.max(e);
+            } else if s >= b {
+                hi = hi.min(s);
+            }
+        }
+        let p = os::page_size();
+        // mincore works on whole pages: probe the page-aligned window, then clip.
+        let plo = (lo + p - 1) & !(p - 1);
+        let phi = hi & !(p - 1);
+        if plo <= a && b <= phi {
+            let (s, e) = os::mapped_extent(a, b - a, plo, phi)?;
+            Some((if s == plo { lo } else { s }, if e == phi { hi } else { e }))
+        } else {
+            // The window is narrower than a page around the request: check it only.
+            os::is_mapped(a, b - a).then_some((a.max(lo), b.min(hi)))
+        }
+    }
+}
+
+fn inner_pages(s: usize, e: usize) -> (usize, usize) {
+    let p = os::page_size();
+    let ls = (s + p - 1) & !(p - 1);
+    let le = e & !(p - 1);
+    (ls, le.max(ls))
+}
+
+/// What an RMA request was granted.
+pub enum Grant {
+    /// Hold these references until the operation completes.
+    Pins(OpPins),
+    /// A put was carried by the move and is complete.
+    Done,
+}
+
+impl CtxInner {
+    pub fn fh(&self) -> &FhState {
+        &self.fh
+    }
+
+    fn strategy(&self) -> Strategy {
+        self.fh.params.strategy
+    }
+
+    /// Largest part (bytes from `addr`) of a transfer one acquisition may cover:
+    /// at most f firehoses, and (conduits pinning the local side) at most the local
+    /// share for the local buffer at `local`.
+    pub fn fh_chunk(&self, addr: usize, len: usize, local: usize) -> usize {
+        let p = &self.fh.params;
+        let max_pieces = p.f.clamp(1, MAX_PIECES_PER_MOVE);
+        let mut c = if p.piece_count(addr, len) <= max_pieces {
+            len
+        } else {
+            let (lo, _) = p.granule(addr);
+            lo + max_pieces * p.unit_bytes - addr
+        };
+        if self.fh.local_side {
+            let lmax = p.victim_units.max(1);
+            while c > 1 && p.piece_count(local, c) > lmax {
+                let (lo, _) = p.granule(local + c - 1);
+                c = if lo > local { lo - local } else { c / 2 };
+            }
+        }
+        c.max(1)
+    }
+
+    /// Acquire remote firehoses for `[addr, addr+len)` on `rank` (one chunk, see
+    /// [`Self::fh_chunk`]). `put`: the source of a blocking or non-blocking put, which
+    /// may travel in the move on a miss.
+    pub fn fh_acquire_remote(
+        &self,
+        rank: usize,
+        addr: usize,
+        len: usize,
+        put: Option<*const u8>,
+    ) -> Result<Grant> {
+        debug_assert!(rank != self.rank && len > 0);
+        let fh = &self.fh;
+        // Fast path: one live entry covers it.
+        if self.strategy() != Strategy::RendezvousKeep
+            && self.strategy() != Strategy::RendezvousUnpin
+        {
+            if let Some(h) = fh.peers[rank].lock().hit_one(addr, addr + len) {
+                self.count(&fh.stats.hits, 1);
+                return Ok(Grant::Pins(OpPins {
+                    rank,
+                    remote: vec![h],
+                    local: vec![],
+                }));
+            }
+        }
+        let always = matches!(
+            self.strategy(),
+            Strategy::RendezvousKeep | Strategy::RendezvousUnpin
+        );
+        let mut first = true;
+        let mut missed = false;
+        let mut waited = false;
+        let t0 = Instant::now();
+        let res = loop {
+            let id = self.new_id();
+            let plan = fh.peers[rank]
+                .lock()
+                .plan(&fh.params, addr, len, id, always && first);
+            match plan {
+                Plan::Hit(held) => {
+                    break Ok(Grant::Pins(OpPins {
+                        rank,
+                        remote: held,
+                        local: vec![],
+                    }))
+                }
+                Plan::Wait(ids) => {
+                    waited = true;
+                    self.wait_moves(&ids)?;
+                }
+                Plan::NeedReplacements => {
+                    // seed 000 §3.4 "steady state": poll until operations in flight
+                    // complete and give their firehoses back.
+                    if !self.fh_recover(rank)? {
+                        break Err(err!(
+                            NoResource,
+                            "all {} firehoses to rank {} are held by pins that were not released (fh_release them)",
+                            fh.params.f,
+                            rank
+                        ));
+                    }
+                }
+                Plan::Move { releases, pins } => {
+                    missed = true;
+                    let carry = match put {
+                        Some(src) if first && len <= fh.params.putinmove => Some(src),
+                        _ => None,
+                    };
+                    let done = self.send_move(rank, id, &releases, &pins, addr, len, carry);
+                    match done {
+                        Ok(true) => break Ok(Grant::Done),
+                        Ok(false) => {}
+                        Err(e) => break Err(e),
+                    }
+                }
+            }
+            first = false;
+        };
+        if missed {
+            self.count(&fh.stats.misses, 1);
+        } else if waited {
+            self.count(&fh.stats.pending_hits, 1);
+        } else {
+            self.count(&fh.stats.hits, 1);
+        }
+        if missed || waited {
+            self.count(&fh.stats.stall_ns, t0.elapsed().as_nanos() as u64);
+        }
+        res
+    }
+
+    /// Send one move and wait for its answer. Returns whether a carried put was
+    /// written by the target.
+    #[allow(clippy::too_many_arguments)]
+    fn send_move(
+        &self,
+        rank: usize,
+        id: u64,
+        releases: &[usize],
+        pins: &[(usize, usize)],
+        addr: usize,
+        len: usize,
+        carry: Option<*const u8>,
+    ) -> Result<bool> {
+        let fh = &self.fh;
+        let mut payload: Vec<u8> = Vec::with_capacity(8 * releases.len() + 16 * pins.len() + 64);
+        for &r in releases {
+            payload.extend_from_slice(&(r as u64).to_le_bytes());
+        }
+        for &(a, b) in pins {
+            payload.extend_from_slice(&(a as u64).to_le_bytes());
+            payload.extend_from_slice(&(b as u64).to_le_bytes());
+        }
+        let carried = if let Some(src) = carry {
+            // SAFETY: the caller of put guarantees `src` is readable for `len` bytes
+            // until the operation completes; we copy it now.
+            payload.extend_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
+            true
+        } else {
+            false
+        };
+        fh.moves.lock().insert(id, None);
+        let args = [
+            id,
+            releases.len() as u64,
+            pins.len() as u64,
+            if carried { addr as u64 } else { 0 },
+            if carried { len as u64 } else { 0 },
+        ];
+        if let Err(e) = self.am_request(rank, Category::Medium, H_FH_MOVE, &args, &payload, None) {
+            fh.moves.lock().remove(&id);
+            fh.peers[rank].lock().abort_move(id);
+            return Err(e);
+        }
+        self.count(&fh.stats.moves_sent, 1);
+        let w = self.wait_until(|| Ok(fh.moves.lock().get(&id).is_some_and(|s| s.is_some())));
+        let ans = fh.moves.lock().remove(&id).flatten();
+        w?;
+        match ans {
+            Some((0, putdone)) => {
+                if putdone {
+                    self.count(&fh.stats.putinmove, 1);
+                }
+                Ok(putdone)
+            }
+            Some((code, _)) => {
+                let st = Status::from_code(code).unwrap_or(Status::Access);
+                if st == Status::Access {
+                    self.count(&self.stats.access_refused, 1);
+                }
+                Err(Error::new(
+                    st,
+                    format!(
+                        "rank {} refused to pin [{:#x}, +{}): {}",
+                        rank,
+                        addr,
+                        len,
+                        match st {
+                            Status::Access =>
+                                "not mapped memory of that process (or inside its library heap)"
+                                    .to_string(),
+                            Status::NoResource =>
+                                "its pinnable memory (M + MAXVICTIM) is used up".to_string(),
+                            s => s.describe().trim_end_matches('\0').to_string(),
+                        }
+                    ),
+                ))
+            }
+            None => bail!(Internal, "move to rank {} ended without an answer", rank),
+        }
+    }
+
+    fn wait_moves(&self, ids: &[u64]) -> Result<()> {
+        let fh = &self.fh;
+        // A move whose slot is gone was answered and consumed by its sender.
+        self.wait_until(|| {
+            let m = fh.moves.lock();
+            Ok(ids.iter().all(|i| m.get(i).map_or(true, |s| s.is_some())))
+        })
+    }
+
+    /// Complete operations to `rank` (or all, for local pins) and release what they
+    /// held. True if that freed anything.
+    fn fh_recover(&self, rank: usize) -> Result<bool> {
+        am::check_not_in_handler("firehose replacement")?;
+        let before = self.fh.inflight.lock()[rank].len();
+        if before == 0 {
+            // Nothing of ours in flight; give handlers a chance (the target may be
+            // answering an earlier move) and report no progress.
+            self.progress_once()?;
+            return Ok(false);
+        }
+        self.rma_flush_rank(rank)?;
+        Ok(self.fh.inflight.lock()[rank].len() < before)
+    }
+
+    /// Record references held by an operation with sequence `seq` to `rank`.
+    pub fn fh_hold(&self, rank: usize, seq: u64, pins: OpPins) {
+        if !pins.is_empty() {
+            self.fh.inflight.lock()[rank].push_back((seq, pins));
+        }
+    }
+
+    /// Operations to `rank` up to `completed` finished: release their references.
+    pub fn fh_completed(&self, rank: usize, completed: u64) {
+        let done: Vec<OpPins> = {
+            let mut g = self.fh.inflight.lock();
+            let q = &mut g[rank];
+            let mut v = Vec::new();
+            while q.front().is_some_and(|(s, _)| *s <= completed) {
+                v.push(q.pop_front().expect("front").1);
+            }
+            v
+        };
+        for p in done {
+            self.fh_release_pins(p);
+        }
+    }
+
+    /// Drop an operation's or a pin's references.
+    pub fn fh_release_pins(&self, p: OpPins) {
+        let fh = &self.fh;
+        if !p.remote.is_empty() {
+            let mut t = fh.peers[p.rank].lock();
+            for h in &p.remote {
+                t.release(*h);
+            }
+            if self.strategy() == Strategy::RendezvousUnpin {
+                // The baseline unpins after every operation.
+                let mut rel = std::mem::take(&mut t.deferred);
+                while let Some(s) = t.evict_one() {
+                    rel.push(s);
+                }
+                drop(t);
+                if !rel.is_empty() {
+                    self.send_releases(p.rank, &rel);
+                }
+            }
+        }
+        if !p.local.is_empty() {
+            let mut l = fh.local.lock();
+            let mut pinner = CtxPinner { ctx: self };
+            for h in p.local {
+                l.local_release(h, &mut pinner);
+            }
+        }
+    }
+
+    /// Release firehoses without a move (rendezvous-unpin, finalize). From handler
+    /// context the releases are deferred to the next move instead.
+    fn send_releases(&self, rank: usize, rel: &[usize]) {
+        if am::in_handler() {
+            self.fh.peers[rank].lock().deferred.extend_from_slice(rel);
+            return;
+        }
+        let mut payload = Vec::with_capacity(rel.len() * 8);
+        for &r in rel {
+            payload.extend_from_slice(&(r as u64).to_le_bytes());
+        }
+        if let Err(e) = self.am_request(
+            rank,
+            Category::Medium,
+            H_FH_RELEASE,
+            &[rel.len() as u64],
+            &payload,
+            None,
+        ) {
+            self.record_async_error(e);
+        }
+    }
+
+    /// Pin local `[addr, addr+len)` for an operation (conduits that need the local
+    /// side registered), waiting for local references to drain if the local share
+    /// is used up.
+    pub fn fh_acquire_local(&self, addr: usize, len: usize) -> Result<Vec<Held>> {
+        let fh = &self.fh;
+        let mut missed = false;
+        loop {
+            let r = {
+                let mut l = fh.local.lock();
+                if let Some((_, _, h)) = l.local_try(addr, addr + len, false) {
+                    if !missed {
+                        self.count(&fh.stats.local_hits, 1);
+                    }
+                    return Ok(h);
+                }
+                missed = true;
+                let mut pinner = CtxPinner { ctx: self };
+                l.local_acquire(addr, addr + len, &mut pinner)?
+            };
+            if let Some(h) = r {
+                self.count(&fh.stats.local_misses, 1);
+                return Ok(h);
+            }
+            // Local share used up: complete operations in flight and retry.
+            let any = fh.inflight.lock().iter().any(|q| !q.is_empty());
+            if !any {
+                bail!(
+                    NoResource,
+                    "local pinnable share (MAXVICTIM = {} units) is held by pins that were not released",
+                    fh.params.victim_units
+                );
+            }
+            self.rma_flush_all()?;
+        }
+    }
+
+    /// Target side of a remote invalidation: the firehose half (the registered-region
+    /// half is in `mem`).
+    pub fn fh_forget(&self, src: usize, start: usize, end: usize) {
+        self.fh.peers[src].lock().invalidate(start, end);
+    }
+
+    /// Drop every firehose unit overlapping `[a, b)` on this rank, first telling every
+    /// peer holding one to forget it and complete its operations (waiting for their
+    /// acknowledgements), so no rank keeps using the old mapping. Returns how many
+    /// units were unpinned.
+    pub fn fh_invalidate(&self, a: usize, b: usize) -> Result<usize> {
+        let fh = &self.fh;
+        let mut total = 0;
+        loop {
+            let mut l = fh.local.lock();
+            let holders: Vec<(usize, usize, Vec<usize>)> = l
+                .units()
+                .filter(|(s, u)| *s < b && u.end > a && u.remote > 0)
+                .map(|(s, u)| (s, u.end, u.holder_ranks()))
+                .collect();
+            if holders.is_empty() {
+                let mut pinner = CtxPinner { ctx: self };
+                total += l.invalidate(a, b, &mut pinner).len();
+                return Ok(total);
+            }
+            drop(l);
+            let mut by_rank: HashMap<usize, (usize, usize)> = HashMap::new();
+            for (s, e, hs) in holders {
+                for h in hs {
+                    let ent = by_rank.entry(h).or_insert((s, e));
+                    ent.0 = ent.0.min(s);
+                    ent.1 = ent.1.max(e);
+                }
+            }
+            let id = self.new_id();
+            self.invals.lock().insert(id, by_rank.len());
+            let mut first = Ok(());
+            for (&h, &(s, e)) in &by_rank {
+                if let Err(e) = self.am_request(
+                    h,
+                    Category::Short,
+                    H_INVALIDATE,
+                    &[s as u64, e as u64, id],
+                    &[],
+                    None,
+                ) {
+                    *self.invals.lock().get_mut(&id).expect("present") -= 1;
+                    first = Err(e);
+                }
+                crate::api::stats::Stats::add(&self.stats.invalidations_sent, 1);
+            }
+            let w = self.wait_until(|| Ok(self.invals.lock().get(&id).copied().unwrap_or(0) == 0));
+            self.invals.lock().remove(&id);
+            w?;
+            first?;
+            // The holders have forgotten these units; drop their references here.
+            let mut l = fh.local.lock();
+            let mut pinner = CtxPinner { ctx: self };
+            for (&h, &(s, e)) in &by_rank {
+                let starts: Vec<usize> = l
+                    .units()
+                    .filter(|(us, u)| *us < e && u.end > s)
+                    .map(|(us, _)| us)
+                    .collect();
+                for us in starts {
+                    l.remote_release(h, us, &mut pinner);
+                }
+            }
+        }
+    }
+
+    /// Finalize: unpin everything.
+    pub fn fh_shutdown(&self) {
+        let mut pinner = CtxPinner { ctx: self };
+        self.fh.local.lock().clear(&mut pinner);
+    }
+
+    /// Long-AM destinations must be the peer's heap or a region it registered: ask
+    /// the target (a move answers registered regions as prepinned) if we do not know.
+    pub fn check_registered(&self, rank: usize, addr: usize, len: usize) -> Result<()> {
+        if len == 0 || self.plain_access(rank, addr, len).is_some() {
+            return Ok(());
+        }
+        if rank != self.rank {
+            let c = self.fh_chunk(addr, len, addr);
+            if let Grant::Pins(p) = self.fh_acquire_remote(rank, addr, c, None)? {
+                self.fh_release_pins(p);
+            }
+            if self.plain_access(rank, addr, len).is_some() {
+                return Ok(());
+            }
+        }
+        self.count(&self.stats.access_refused, 1);
+        bail!(
+            Access,
+            "[{:#x}, +{}) is not registered memory of rank {} (long AM destinations must be fh_malloc'd or fh_mem_register'ed there)",
+            addr,
+            len,
+            rank
+        )
+    }
+
+    /// Per-rank summary printed at finalize with FH_STATS=1.
+    pub fn stats_summary(&self) -> String {
+        let s = self.fh_stats();
+        let hr = if s.hits + s.misses > 0 {
+            100.0 * s.hits as f64 / (s.hits + s.misses) as f64
+        } else {
+            100.0
+        };
+        format!(
+            "firehose[{}] stats: puts {} gets {} | hits {} misses {} pending-hits {} (hit rate {:.3}%) | local hits {} misses {} | moves sent {} handled {} put-in-move {} | pins {} unpins {} pinned {} B (peak {} B, limit {} B) victims {} B local, {} remote | f {} used {} | stalled {:.3} ms | AMs sent {} handled {}\n",
+            self.rank,
+            s.puts,
+            s.gets,
+            s.hits,
+            s.misses,
+            s.pending_hits,
+            hr,
+            s.local_hits,
+            s.local_misses,
+            s.moves_sent,
+            s.moves_handled,
+            s.putinmove,
+            s.pins,
+            s.unpins,
+            s.bytes_pinned,
+            s.bytes_pinned_peak,
+            s.limit_bytes,
+            s.victim_local_bytes,
+            s.victim_remote,
+            s.firehoses_per_peer,
+            s.firehoses_used,
+            s.stall_ns as f64 / 1e6,
+            s.am_sent,
+            s.am_handled
+        )
+    }
+
+    /// A snapshot of every counter `fh_stats_t` reports.
+    pub fn fh_stats(&self) -> FhSnapshot {
+        let fh = &self.fh;
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let lc = fh.local.lock().counts;
+        let (mut used, mut idle) = (0u64, 0u64);
+        for p in &fh.peers {
+            let p = p.lock();
+            used += p.used as u64;
+            idle += p.idle as u64;
+        }
+        let st = self.stats.snapshot();
+        FhSnapshot {
+            hits: g(&fh.stats.hits),
+            misses: g(&fh.stats.misses),
+            pending_hits: g(&fh.stats.pending_hits),
+            local_hits: g(&fh.stats.local_hits),
+            local_misses: g(&fh.stats.local_misses),
+            try_hits: g(&fh.stats.try_hits),
+            try_misses: g(&fh.stats.try_misses),
+            partial_pins: g(&fh.stats.partial_pins),
+            moves_sent: g(&fh.stats.moves_sent),
+            moves_handled: g(&fh.stats.moves_handled),
+            putinmove: g(&fh.stats.putinmove),
+            pins: lc.pins,
+            unpins: lc.unpins,
+            bytes_pinned: lc.bytes as u64,
+            bytes_pinned_peak: lc.peak as u64,
+            limit_bytes: fh.params.limit_bytes() as u64,
+            victim_local_bytes: lc.idle_bytes as u64,
+            victim_remote: idle,
+            firehoses_used: used,
+            firehoses_per_peer: fh.params.f.min(u32::MAX as usize) as u64,
+            mode: matches!(fh.params.mode, crate::runtime::config::FhMode::Region) as u64,
+            unit_bytes: fh.params.unit_bytes as u64,
+            stall_ns: g(&fh.stats.stall_ns),
+            am_sent: st.am_requests_sent + st.am_replies_sent,
+            am_handled: st.am_handled,
+            access_refused: st.access_refused,
+            mlock_failures: st.mlock_failures + lc.mlock_failures,
+            puts: st.puts,
+            gets: st.gets,
+            put_bytes: st.put_bytes,
+            get_bytes: st.get_bytes,
+        }
+    }
+
+    /// `fh_stats_reset`: zero the counters (levels such as bytes pinned stay; the
+    /// peak restarts from the current level).
+    pub fn fh_stats_reset(&self) {
+        self.fh.stats.reset();
+        self.stats.reset();
+        let mut l = self.fh.local.lock();
+        l.counts.pins = 0;
+        l.counts.unpins = 0;
+        l.counts.mlock_failures = 0;
+        l.counts.peak = l.counts.bytes;
+    }
+
+    // ---------------------------------------------------------------- explicit API
+
+    fn check_range(&self, addr: usize, len: usize) -> Result<usize> {
+        if addr == 0 {
+            bail!(InvalidArg, "address is NULL");
+        }
+        if len == 0 {
+            bail!(InvalidArg, "len is 0");
+        }
+        addr.checked_add(len)
+            .ok_or_else(|| err!(InvalidArg, "[{:#x}, +{}) wraps around", addr, len))
+    }
+
+    /// `fh_local_pin` and its try/partial forms.
+    pub fn local_pin(&self, addr: usize, len: usize, how: PinHow) -> Result<Box<PinObj>> {
+        self.check_live()?;
+        let end = self.check_range(addr, len)?;
+        let fh = &self.fh;
+        let (s, e, held) = match how {
+            PinHow::Blocking => {
+                am::check_not_in_handler("fh_local_pin")?;
+                if fh.params.piece_count(addr, len) > fh.params.victim_units.max(1) {
+                    bail!(
+                        NoResource,
+                        "{} bytes need more units than the local share (MAXVICTIM = {} units of {} bytes)",
+                        len,
+                        fh.params.victim_units,
+                        fh.params.unit_bytes
+                    );
+                }
+                (addr, end, self.fh_acquire_local(addr, len)?)
+            }
+            PinHow::Try | PinHow::Partial => {
+                let r = fh.local.lock().local_try(addr, end, how == PinHow::Partial);
+                match r {
+                    Some(x) => {
+                        self.count(&fh.stats.try_hits, 1);
+                        if how == PinHow::Partial {
+                            self.count(&fh.stats.partial_pins, 1);
+                        }
+                        x
+                    }
+                    None => {
+                        self.count(&fh.stats.try_misses, 1);
+                        bail!(NotPinned, "[{:#x}, +{}) is not pinned here", addr, len)
+                    }
+                }
+            }
+        };
+        Ok(Box::new(PinObj {
+            magic: PIN_MAGIC,
+            start: s,
+            len: e - s,
+            rank: None,
+            pins: OpPins {
+                rank: self.rank,
+                remote: vec![],
+                local: held,
+            },
+        }))
+    }
+
+    /// `fh_try_remote_pin` / `fh_partial_remote_pin`.
+    pub fn remote_pin_try(
+        &self,
+        rank: usize,
+        addr: usize,
+        len: usize,
+        partial: bool,
+    ) -> Result<Box<PinObj>> {
+        self.check_live()?;
+        let end = self.check_range(addr, len)?;
+        if rank == self.rank {
+            bail!(InvalidArg, "rank {} is this rank: use fh_local_pin", rank);
+        }
+        let fh = &self.fh;
+        let r = fh.peers[rank].lock().partial(addr, end, !partial);
+        match r {
+            Some((s, e, held)) => {
+                self.count(&fh.stats.try_hits, 1);
+                if partial {
+                    self.count(&fh.stats.partial_pins, 1);
+                }
+                Ok(Box::new(PinObj {
+                    magic: PIN_MAGIC,
+                    start: s,
+                    len: e - s,
+                    rank: Some(rank),
+                    pins: OpPins {
+                        rank,
+                        remote: held,
+                        local: vec![],
+                    },
+                }))
+            }
+            None => {
+                self.count(&fh.stats.try_misses, 1);
+                bail!(
+                    NotPinned,
+                    "[{:#x}, +{}) on rank {} is not covered by firehoses of this rank",
+                    addr,
+                    len,
+                    rank
+                )
+            }
+        }
+    }
+
+    fn check_remote_pin_size(&self, addr: usize, len: usize) -> Result<()> {
+        let p = &self.fh.params;
+        let n = p.piece_count(addr, len);
+        if n > p.f.min(MAX_PIECES_PER_MOVE) {
+            bail!(
+                NoResource,
+                "[{:#x}, +{}) needs {} firehoses; a pin may use at most {} (f) — pin it in parts",
+                addr,
+                len,
+                n,
+                p.f.min(MAX_PIECES_PER_MOVE)
+            );
+        }
+        Ok(())
+    }
+
+    /// `fh_remote_pin`, blocking.
+    pub fn remote_pin(&self, rank: usize, addr: usize, len: usize) -> Result<Box<PinObj>> {
+        self.check_live()?;
+        am::check_not_in_handler("fh_remote_pin")?;
+        self.check_range(addr, len)?;
+        if rank == self.rank {
+            bail!(InvalidArg, "rank {} is this rank: use fh_local_pin", rank);
+        }
+        self.check_remote_pin_size(addr, len)?;
+        match self.fh_acquire_remote(rank, addr, len, None)? {
+            Grant::Pins(pins) => Ok(Box::new(PinObj {
+                magic: PIN_MAGIC,
+                start: addr,
+                len,
+                rank: Some(rank),
+                pins,
+            })),
+            Grant::Done => bail!(Internal, "a pin carried a put"),
+        }
+    }
+
+    /// `fh_remote_pin` with a callback: a hit returns the pin; a miss sends the move
+    /// and returns `None`; `cb` runs later from a library call on this context.
+    pub fn remote_pin_async(
+        &self,
+        rank: usize,
+        addr: usize,
+        len: usize,
+        cb: Box<dyn FnOnce(Result<Box<PinObj>>) + Send>,
+    ) -> Result<Option<Box<PinObj>>> {
+        self.check_live()?;
+        am::check_not_in_handler("fh_remote_pin")?;
+        self.check_range(addr, len)?;
+        if rank == self.rank {
+            bail!(InvalidArg, "rank {} is this rank: use fh_local_pin", rank);
+        }
+        self.check_remote_pin_size(addr, len)?;
+        let mut pp = PendingPin {
+            rank,
+            addr,
+            len,
+            waits: vec![],
+            cb,
+        };
+        match self.advance_pin(&mut pp)? {
+            Some(pin) => Ok(Some(pin)),
+            None => {
+                self.fh.pending_pins.lock().push(pp);
+                Ok(None)
+            }
+        }
+    }
+
+    /// One non-blocking step of a pending pin: `Some` when it holds its references.
+    fn advance_pin(&self, pp: &mut PendingPin) -> Result<Option<Box<PinObj>>> {
+        let fh = &self.fh;
+        {
+            let m = fh.moves.lock();
+            if pp
+                .waits
+                .iter()
+                .any(|i| m.get(i).is_some_and(|s| s.is_none()))
+            {
+                return Ok(None);
+            }
+        }
+        // Consume the answers of our own moves (errors end the pin).
+        for id in std::mem::take(&mut pp.waits) {
+            if let Some(Some((code, _))) = fh.moves.lock().remove(&id) {
+                if code != 0 {
+                    let st = Status::from_code(code).unwrap_or(Status::Access);
+                    return Err(Error::new(
+                        st,
+                        format!(
+                            "rank {} refused to pin [{:#x}, +{})",
+                            pp.rank, pp.addr, pp.len
+                        ),
+                    ));
+                }
+            }
+        }
+        let id = self.new_id();
+        let plan = fh.peers[pp.rank]
+            .lock()
+            .plan(&fh.params, pp.addr, pp.len, id, false);
+        match plan {
+            Plan::Hit(held) => Ok(Some(Box::new(PinObj {
+                magic: PIN_MAGIC,
+                start: pp.addr,
+                len: pp.len,
+                rank: Some(pp.rank),
+                pins: OpPins {
+                    rank: pp.rank,
+                    remote: held,
+                    local: vec![],
+                },
+            }))),
+            Plan::Wait(ids) => {
+                pp.waits = ids;
+                Ok(None)
+            }
+            Plan::NeedReplacements => Ok(None),
+            Plan::Move { releases, pins } => {
+                let mut payload = Vec::new();
+                for &r in &releases {
+                    payload.extend_from_slice(&(r as u64).to_le_bytes());
+                }
+                for &(a, b) in &pins {
+                    payload.extend_from_slice(&(a as u64).to_le_bytes());
+                    payload.extend_from_slice(&(b as u64).to_le_bytes());
+                }
+                fh.moves.lock().insert(id, None);
+                let args = [id, releases.len() as u64, pins.len() as u64, 0, 0];
+                if let Err(e) =
+                    self.am_request(pp.rank, Category::Medium, H_FH_MOVE, &args, &payload, None)
+                {
+                    fh.moves.lock().remove(&id);
+                    fh.peers[pp.rank].lock().abort_move(id);
+                    return Err(e);
+                }
+                self.count(&fh.stats.moves_sent, 1);
+                self.count(&fh.stats.misses, 1);
+                pp.waits = vec![id];
+                Ok(None)
+            }
+        }
+    }
+
+    /// Advance pending non-blocking pins; run the callbacks of finished ones (outside
+    /// every lock, marked as handler context: they must not block).
+    pub fn fh_progress_pins(&self) {
+        if am::in_handler() {
+            return;
+        }
+        let mut list = {
+            let mut g = self.fh.pending_pins.lock();
+            if g.is_empty() {
+                return;
+            }
+            std::mem::take(&mut *g)
+        };
+        let mut keep = Vec::new();
+        let mut ready = Vec::new();
+        for mut pp in list.drain(..) {
+            match self.advance_pin(&mut pp) {
+                Ok(None) => keep.push(pp),
+                Ok(Some(pin)) => ready.push((pp.cb, Ok(pin))),
+                Err(e) => ready.push((pp.cb, Err(e))),
+            }
+        }
+        self.fh.pending_pins.lock().extend(keep);
+        for (cb, r) in ready {
+            am::run_as_handler(|| cb(r));
+        }
+    }
+
+    /// `fh_release`.
+    pub fn release_pin(&self, pin: Box<PinObj>) -> Result<()> {
+        self.fh_release_pins(pin.pins);
+        Ok(())
+    }
+
+    /// Is `[addr, addr+len)` fully covered by `rank`'s explicitly registered region
+    /// we know of?
+    pub fn fh_debug_validate(&self) -> std::result::Result<(), String> {
+        self.fh.local.lock().validate()?;
+        for (r, p) in self.fh.peers.iter().enumerate() {
+            let p = p.lock();
+            p.validate()?;
+            if p.used > self.fh.params.f.saturating_add(MAX_PIECES_PER_MOVE) {
+                return Err(format!("{} firehoses used towards rank {r}", p.used));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every counter of `fh_stats_t` (same names and order).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FhSnapshot {
+    pub hits: u64,
+    pub misses: u64,
+    pub pending_hits: u64,
+    pub local_hits: u64,
+    pub local_misses: u64,
+    pub try_hits: u64,
+    pub try_misses: u64,
+    pub partial_pins: u64,
+    pub moves_sent: u64,
+    pub moves_handled: u64,
+    pub putinmove: u64,
+    pub pins: u64,
+    pub unpins: u64,
+    pub bytes_pinned: u64,
+    pub bytes_pinned_peak: u64,
+    pub limit_bytes: u64,
+    pub victim_local_bytes: u64,
+    pub victim_remote: u64,
+    pub firehoses_used: u64,
+    pub firehoses_per_peer: u64,
+    pub mode: u64,
+    pub unit_bytes: u64,
+    pub stall_ns: u64,
+    pub am_sent: u64,
+    pub am_handled: u64,
+    pub access_refused: u64,
+    pub mlock_failures: u64,
+    pub puts: u64,
+    pub gets: u64,
+    pub put_bytes: u64,
+    pub get_bytes: u64,
+}
+
+/// How a local pin behaves on a miss.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PinHow {
+    Blocking,
+    Try,
+    Partial,
+}
+
+fn read_u64s(b: &[u8], n: usize) -> Option<Vec<u64>> {
+    if b.len() < n * 8 {
+        return None;
+    }
+    Some(
+        b[..n * 8]
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect(),
+    )
+}
+
+/// Target side of a move: args [id, nrel, npins, put_addr, put_len]; payload: nrel
+/// u64 releases, npins (a, b) pairs, then put_len bytes of a carried put.
+/// Answer: args [id, status, n, putdone], payload: n (kind, start, end) triples.
+pub(crate) fn handle_move(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
+    let a = f.args();
+    if a.len() != 5 {
+        return;
+    }
+    let (id, nrel, npins, paddr, plen) = (
+        a[0],
+        a[1] as usize,
+        a[2] as usize,
+        a[3] as usize,
+        a[4] as usize,
+    );
+    let body = f.payload;
+    let src = tok.src;
+    let fh = &ctx.fh;
+    ctx.count(&fh.stats.moves_handled, 1);
+    let mut status = Status::Ok;
+    let mut out: Vec<u64> = Vec::new();
+    let total = nrel
+        .checked_mul(8)
+        .and_then(|x| npins.checked_mul(16).and_then(|y| x.checked_add(y)))
+        .and_then(|x| x.checked_add(plen));
+    let nums = match total {
+        Some(t) if t == body.len() => read_u64s(body, nrel + 2 * npins),
+        _ => None,
+    };
+    let mut putdone = false;
+    match nums {
+        None => status = Status::InvalidArg,
+        Some(nums) => {
+            let unit = fh.params.unit_bytes;
+            {
+                let mut l = fh.local.lock();
+                let mut pinner = CtxPinner { ctx };
+                for &r in &nums[..nrel] {
+                    if !l.remote_release(src, r as usize, &mut pinner) {
+                        ctx.count(&fh.stats.bad_releases, 1);
+                    }
+                }
+                for p in nums[nrel..].chunks_exact(2) {
+                    let (pa, pb) = (p[0] as usize, p[1] as usize);
+                    let (glo, ghi) = fh.params.granule(pa);
+                    if pa == 0 || pb <= pa || pb - pa > unit || pa < glo || pb > ghi {
+                        status = Status::InvalidArg;
+                        break;
+                    }
+                    // Registered regions answer as prepinned; the rest gets units.
+                    let mut cur = pa;
+                    while cur < pb {
+                        if let Some((s, e)) = ctx.local_regs.lookup(cur, 1, Some(src)) {
+                            out.extend_from_slice(&[KIND_REGION, s as u64, e as u64]);
+                            cur = e.min(pb);
+                            continue;
+                        }
+                        let stop = ctx.local_regs.next_start(cur, pb);
+                        match l.remote_acquire(src, cur, stop, &mut pinner) {
+                            Ok(units) => {
+                                for (s, e) in units {
+                                    out.extend_from_slice(&[KIND_UNIT, s as u64, e as u64]);
+                                }
+                            }
+                            Err(e) => {
+                                status = e.status;
+                                break;
+                            }
+                        }
+                        cur = stop;
+                    }
+                    if status != Status::Ok {
+                        break;
+                    }
+                }
+            }
+            if status == Status::Ok && plen > 0 {
+                let data = &body[body.len() - plen..];
+                let covered =
+                    paddr != 0 && paddr.checked_add(plen).is_some() && os::is_mapped(paddr, plen);
+                if covered {
+                    match os::write_checked(paddr, data) {
+                        Ok(()) => putdone = true,
+                        Err(e) => status = e.status,
+                    }
+                } else {
+                    status = Status::Access;
+                }
+            }
+        }
+    }
+    if status == Status::Access {
+        ctx.count(&ctx.stats.access_refused, 1);
+    }
+    let mut payload = Vec::with_capacity(out.len() * 8);
+    for x in &out {
+        payload.extend_from_slice(&x.to_le_bytes());
+    }
+    let _ = ctx.am_reply(
+        tok,
+        Category::Medium,
+        H_FH_ANSWER,
+        &[
+            id,
+            status.code() as i64 as u64,
+            (out.len() / 3) as u64,
+            putdone as u64,
+        ],
+        &payload,
+        None,
+    );
+}
+
+/// Initiator side: enter the answer into the peer's table and wake the mover.
+pub(crate) fn handle_answer(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
+    let a = f.args();
+    if a.len() != 4 {
+        return;
+    }
+    let (id, code, n, putdone) = (a[0], a[1] as i64 as i32, a[2] as usize, a[3] != 0);
+    let fh = &ctx.fh;
+    if !fh.moves.lock().contains_key(&id) {
+        return; // not ours (or a duplicate): ignore
+    }
+    let Some(nums) =
+        read_u64s(f.payload, n.saturating_mul(3)).filter(|_| n <= f.payload.len() / 24)
+    else {
+        fh.peers[tok.src].lock().abort_move(id);
+        fh.moves
+            .lock()
+            .insert(id, Some((Status::Internal.code(), false)));
+        return;
+    };
+    let mut units = Vec::new();
+    for t in nums.chunks_exact(3) {
+        let (s, e) = (t[1] as usize, t[2] as usize);
+        if e <= s {
+            continue;
+        }
+        match t[0] {
+            KIND_UNIT => units.push((s, e, false)),
+            KIND_REGION => {
+                ctx.remote.insert(tok.src, s, e);
+                units.push((s, e, true));
+            }
+            _ => {}
+        }
+    }
+    fh.peers[tok.src].lock().complete_move(id, &units);
+    fh.moves.lock().insert(id, Some((code, putdone)));
+}
+
+/// Target side of a standalone release: args [n], payload n u64 unit starts.
+pub(crate) fn handle_release(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
+    let Some(&n) = f.args().first() else { return };
+    let Some(nums) =
+        read_u64s(f.payload, n as usize).filter(|_| (n as usize) <= f.payload.len() / 8)
+    else {
+        return;
+    };
+    let fh = &ctx.fh;
+    let mut l = fh.local.lock();
+    let mut pinner = CtxPinner { ctx };
+    for r in nums {
+        if !l.remote_release(tok.src, r as usize, &mut pinner) {
+            ctx.count(&fh.stats.bad_releases, 1);
+        }
+    }
+}

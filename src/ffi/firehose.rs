@@ -1,0 +1,394 @@
+//! Header section: firehose — the explicit pin interface (seed 000 §3.3, Fig. 4)
+//! and statistics. Put/get use firehose on their own; these calls are for runtimes
+//! that manage pins themselves.
+
+use super::{ctx_ref, fh_ctx_t, out, OK};
+use crate::api::fh::{FhSnapshot, PinHow, PinObj, PIN_DEAD, PIN_MAGIC};
+use crate::runtime::error::{Result, Status};
+use std::os::raw::{c_int, c_void};
+
+/// Opaque pin (`fh_pin_t *`): a range kept pinned (locally, or remotely through this
+/// rank's firehoses) until fh_release.
+pub struct fh_pin_t {
+    inner: PinObj,
+}
+
+/// Completion callback of a non-blocking fh_remote_pin: `pin` is the new pin (the
+/// callback owns it and must fh_release it eventually) or NULL when `status` is an
+/// error. Runs inside a later library call on the same context (fh_poll or any call
+/// that polls), with handler rules: it must not block (no blocking fh_* call).
+pub type fh_pin_cb_t =
+    Option<unsafe extern "C" fn(pin: *mut fh_pin_t, status: c_int, arg: *mut c_void)>;
+
+/// Firehose and RMA statistics of one context (fh_stats_get). Counters count since
+/// init or the last fh_stats_reset; `bytes_pinned`, `victim_*`, `firehoses_used` are
+/// current levels; `limit_bytes`, `firehoses_per_peer`, `mode`, `unit_bytes` are
+/// parameters. Hit rate = hits / (hits + misses).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct fh_stats_t {
+    /// sizeof(fh_stats_t) of the library (set by fh_stats_get).
+    pub struct_size: u64,
+    /// Remote accesses fully covered by live firehoses (one-sided).
+    pub hits: u64,
+    /// Remote accesses that sent a move (one round trip).
+    pub misses: u64,
+    /// Remote accesses that waited for a move already in flight (no new message).
+    pub pending_hits: u64,
+    /// Local pins (conduits that register the local side) found / not found pinned.
+    pub local_hits: u64,
+    pub local_misses: u64,
+    /// fh_try_* / fh_partial_* outcomes.
+    pub try_hits: u64,
+    pub try_misses: u64,
+    pub partial_pins: u64,
+    /// Move requests sent by this rank and handled for peers.
+    pub moves_sent: u64,
+    pub moves_handled: u64,
+    /// Small puts that travelled inside their move (no separate RMA).
+    pub putinmove: u64,
+    /// Units pinned and unpinned on this rank.
+    pub pins: u64,
+    pub unpins: u64,
+    /// Bytes pinned by firehose on this rank now, the peak, and the bound M+MAXVICTIM.
+    pub bytes_pinned: u64,
+    pub bytes_pinned_peak: u64,
+    pub limit_bytes: u64,
+    /// Pinned but unreferenced bytes kept for reuse (local victim FIFO).
+    pub victim_local_bytes: u64,
+    /// Idle firehoses this rank holds into peers (remote victim FIFOs).
+    pub victim_remote: u64,
+    /// Firehoses this rank holds into all peers, and f (per peer).
+    pub firehoses_used: u64,
+    pub firehoses_per_peer: u64,
+    /// 0 page mode, 1 region mode; the unit (page or largest region) in bytes.
+    pub mode: u64,
+    pub unit_bytes: u64,
+    /// Nanoseconds spent waiting for firehose moves and replacements.
+    pub stall_ns: u64,
+    /// Active messages sent (requests + replies) and handled.
+    pub am_sent: u64,
+    pub am_handled: u64,
+    /// Accesses refused because the target memory was not accessible.
+    pub access_refused: u64,
+    /// Pins that could not be mlocked (RLIMIT_MEMLOCK) and were registered only.
+    pub mlock_failures: u64,
+    /// Put/get operations and bytes.
+    pub puts: u64,
+    pub gets: u64,
+    pub put_bytes: u64,
+    pub get_bytes: u64,
+}
+
+impl From<FhSnapshot> for fh_stats_t {
+    fn from(s: FhSnapshot) -> fh_stats_t {
+        fh_stats_t {
+            struct_size: std::mem::size_of::<fh_stats_t>() as u64,
+            hits: s.hits,
+            misses: s.misses,
+            pending_hits: s.pending_hits,
+            local_hits: s.local_hits,
+            local_misses: s.local_misses,
+            try_hits: s.try_hits,
+            try_misses: s.try_misses,
+            partial_pins: s.partial_pins,
+            moves_sent: s.moves_sent,
+            moves_handled: s.moves_handled,
+            putinmove: s.putinmove,
+            pins: s.pins,
+            unpins: s.unpins,
+            bytes_pinned: s.bytes_pinned,
+            bytes_pinned_peak: s.bytes_pinned_peak,
+            limit_bytes: s.limit_bytes,
+            victim_local_bytes: s.victim_local_bytes,
+            victim_remote: s.victim_remote,
+            firehoses_used: s.firehoses_used,
+            firehoses_per_peer: s.firehoses_per_peer,
+            mode: s.mode,
+            unit_bytes: s.unit_bytes,
+            stall_ns: s.stall_ns,
+            am_sent: s.am_sent,
+            am_handled: s.am_handled,
+            access_refused: s.access_refused,
+            mlock_failures: s.mlock_failures,
+            puts: s.puts,
+            gets: s.gets,
+            put_bytes: s.put_bytes,
+            get_bytes: s.get_bytes,
+        }
+    }
+}
+
+fn wrap(p: Box<PinObj>) -> *mut fh_pin_t {
+    Box::into_raw(Box::new(fh_pin_t { inner: *p }))
+}
+
+fn check_out(pin_out: *mut *mut fh_pin_t) -> Result<()> {
+    if pin_out.is_null() {
+        crate::bail!(InvalidArg, "pin_out is NULL");
+    }
+    Ok(())
+}
+
+fn local(
+    ctx: *mut fh_ctx_t,
+    addr: *const c_void,
+    len: usize,
+    pin_out: *mut *mut fh_pin_t,
+    how: PinHow,
+) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        check_out(pin_out)?;
+        let p = c.local_pin(addr as usize, len, how)?;
+        // SAFETY: checked non-null; the caller provides a writable pointer.
+        unsafe { out(pin_out, wrap(p), "pin_out")? };
+        OK
+    })
+}
+
+/// Pin local `[addr, addr+len)` (for conduits that need the local side of a transfer
+/// registered; on the MPI conduit it also locks the pages). Blocks while the local
+/// share (MAXVICTIM) is used by operations in flight. Errors: FH_ERR_INVALID_ARG
+/// (NULL, len 0), FH_ERR_ACCESS (not mapped), FH_ERR_NO_RESOURCE (longer than the
+/// local share). Thread-safe; not from handlers.
+#[no_mangle]
+pub extern "C" fn fh_local_pin(
+    ctx: *mut fh_ctx_t,
+    addr: *const c_void,
+    len: usize,
+    pin_out: *mut *mut fh_pin_t,
+) -> c_int {
+    local(ctx, addr, len, pin_out, PinHow::Blocking)
+}
+
+/// As fh_local_pin, but only if the whole range is pinned already (the references
+/// are taken); FH_ERR_NOT_PINNED otherwise. Never blocks; allowed in handlers.
+#[no_mangle]
+pub extern "C" fn fh_try_local_pin(
+    ctx: *mut fh_ctx_t,
+    addr: *const c_void,
+    len: usize,
+    pin_out: *mut *mut fh_pin_t,
+) -> c_int {
+    local(ctx, addr, len, pin_out, PinHow::Try)
+}
+
+/// A pin of the largest part of `[addr, addr+len)` that is pinned already (see
+/// fh_pin_bounds); FH_ERR_NOT_PINNED if no part is. Never blocks.
+#[no_mangle]
+pub extern "C" fn fh_partial_local_pin(
+    ctx: *mut fh_ctx_t,
+    addr: *const c_void,
+    len: usize,
+    pin_out: *mut *mut fh_pin_t,
+) -> c_int {
+    local(ctx, addr, len, pin_out, PinHow::Partial)
+}
+
+struct Callback {
+    cb: unsafe extern "C" fn(*mut fh_pin_t, c_int, *mut c_void),
+    arg: *mut c_void,
+}
+// SAFETY: the callback and its argument are the application's; the header tells it
+// the callback may run on the thread that polls (possibly the progress thread).
+unsafe impl Send for Callback {}
+
+/// Pin `[raddr, raddr+len)` of `rank` through this rank's firehoses so puts and gets
+/// there are one-sided until fh_release. `flags` must be 0.
+/// - `cb == NULL`: blocks until pinned; FH_OK and `*pin_out`.
+/// - `cb != NULL`: on a hit FH_OK and `*pin_out` (cb is not called); on a miss
+///   FH_NOT_READY, `*pin_out = NULL`, and cb(pin, FH_OK, arg) or cb(NULL, FH_ERR_*,
+///   arg) runs later inside a library call on this context.
+/// A pin may use at most f firehoses (FH_ERR_NO_RESOURCE beyond: pin in parts).
+/// Errors: FH_ERR_INVALID_ARG (also for this rank: use fh_local_pin), FH_ERR_BAD_RANK,
+/// FH_ERR_ACCESS (the target refused: not mapped there). Thread-safe; not from
+/// handlers.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn fh_remote_pin(
+    ctx: *mut fh_ctx_t,
+    rank: c_int,
+    raddr: *const c_void,
+    len: usize,
+    flags: c_int,
+    cb: fh_pin_cb_t,
+    arg: *mut c_void,
+    pin_out: *mut *mut fh_pin_t,
+) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        let r = c.check_rank(rank as i64)?;
+        check_out(pin_out)?;
+        if flags != 0 {
+            crate::bail!(InvalidArg, "flags = {} (no flags are defined; pass 0)", flags);
+        }
+        match cb {
+            None => {
+                let p = c.remote_pin(r, raddr as usize, len)?;
+                // SAFETY: checked non-null.
+                unsafe { out(pin_out, wrap(p), "pin_out")? };
+                OK
+            }
+            Some(f) => {
+                let call = Callback { cb: f, arg };
+                let done = Box::new(move |res: Result<Box<PinObj>>| {
+                    let call = call;
+                    let (pin, st) = match res {
+                        Ok(p) => (wrap(p), Status::Ok.code()),
+                        Err(e) => {
+                            crate::runtime::error::set_last_error(&e.to_string());
+                            (std::ptr::null_mut(), e.status.code())
+                        }
+                    };
+                    // SAFETY: the application's callback with the documented arguments.
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { (call.cb)(pin, st, call.arg) }));
+                    let _ = r;
+                });
+                match c.remote_pin_async(r, raddr as usize, len, done)? {
+                    Some(p) => {
+                        // SAFETY: checked non-null.
+                        unsafe { out(pin_out, wrap(p), "pin_out")? };
+                        OK
+                    }
+                    None => {
+                        // SAFETY: checked non-null.
+                        unsafe { out(pin_out, std::ptr::null_mut(), "pin_out")? };
+                        Ok(Status::NotReady.code())
+                    }
+                }
+            }
+        }
+    })
+}
+
+fn remote_try(
+    ctx: *mut fh_ctx_t,
+    rank: c_int,
+    raddr: *const c_void,
+    len: usize,
+    pin_out: *mut *mut fh_pin_t,
+    partial: bool,
+) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        let r = c.check_rank(rank as i64)?;
+        check_out(pin_out)?;
+        let p = c.remote_pin_try(r, raddr as usize, len, partial)?;
+        // SAFETY: checked non-null.
+        unsafe { out(pin_out, wrap(p), "pin_out")? };
+        OK
+    })
+}
+
+/// As fh_remote_pin, but only on a hit (references taken); FH_ERR_NOT_PINNED on a
+/// miss, with no message sent. Never blocks.
+#[no_mangle]
+pub extern "C" fn fh_try_remote_pin(
+    ctx: *mut fh_ctx_t,
+    rank: c_int,
+    raddr: *const c_void,
+    len: usize,
+    pin_out: *mut *mut fh_pin_t,
+) -> c_int {
+    remote_try(ctx, rank, raddr, len, pin_out, false)
+}
+
+/// A pin of the largest part of the remote range already covered by this rank's
+/// firehoses (see fh_pin_bounds); FH_ERR_NOT_PINNED if none. Never blocks.
+#[no_mangle]
+pub extern "C" fn fh_partial_remote_pin(
+    ctx: *mut fh_ctx_t,
+    rank: c_int,
+    raddr: *const c_void,
+    len: usize,
+    pin_out: *mut *mut fh_pin_t,
+) -> c_int {
+    remote_try(ctx, rank, raddr, len, pin_out, true)
+}
+
+/// The range a pin covers (for partial pins, the part that was pinned).
+/// Thread-safe; allowed in handlers.
+#[no_mangle]
+pub extern "C" fn fh_pin_bounds(
+    pin: *const fh_pin_t,
+    addr_out: *mut *const c_void,
+    len_out: *mut usize,
+) -> c_int {
+    crate::ffi_boundary!(status {
+        if pin.is_null() {
+            crate::bail!(InvalidArg, "pin is NULL");
+        }
+        // SAFETY: non-null pins come from the fh_*_pin calls (caller contract).
+        let p = unsafe { &(*pin).inner };
+        if p.magic != PIN_MAGIC {
+            crate::bail!(InvalidArg, "pin is not a live fh_pin_t (released already?)");
+        }
+        if addr_out.is_null() || len_out.is_null() {
+            crate::bail!(InvalidArg, "addr_out or len_out is NULL");
+        }
+        // SAFETY: checked non-null.
+        unsafe {
+            addr_out.write(p.start as *const c_void);
+            len_out.write(p.len);
+        }
+        OK
+    })
+}
+
+/// Release a pin (its references; the memory may later be unpinned) and free the
+/// fh_pin_t. Using the pin afterwards is undefined. After fh_mem_invalidate of its
+/// range a pin's release is accepted and has no effect. Thread-safe; allowed in
+/// handlers and pin callbacks.
+#[no_mangle]
+pub extern "C" fn fh_release(ctx: *mut fh_ctx_t, pin: *mut fh_pin_t) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        if pin.is_null() {
+            crate::bail!(InvalidArg, "pin is NULL");
+        }
+        // SAFETY: non-null pins come from the fh_*_pin calls (caller contract).
+        let p = unsafe { &mut (*pin).inner };
+        if p.magic != PIN_MAGIC {
+            crate::bail!(InvalidArg, "pin is not a live fh_pin_t (released already?)");
+        }
+        if p.rank.is_some_and(|r| r >= c.size) {
+            crate::bail!(InvalidArg, "pin does not belong to this context");
+        }
+        p.magic = PIN_DEAD;
+        // SAFETY: the pointer came from Box::into_raw in this module.
+        let b = unsafe { Box::from_raw(pin) };
+        c.release_pin(Box::new(b.inner))?;
+        OK
+    })
+}
+
+/// Fill `*out` with this context's statistics. Thread-safe.
+#[no_mangle]
+pub extern "C" fn fh_stats_get(ctx: *const fh_ctx_t, out_stats: *mut fh_stats_t) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.check_live()?;
+        let s: fh_stats_t = c.fh_stats().into();
+        // SAFETY: out() refuses NULL; the caller provides writable storage.
+        unsafe { out(out_stats, s, "out")? };
+        OK
+    })
+}
+
+/// Zero the counters of fh_stats_t (levels and parameters stay). Thread-safe.
+#[no_mangle]
+pub extern "C" fn fh_stats_reset(ctx: *mut fh_ctx_t) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.check_live()?;
+        c.fh_stats_reset();
+        OK
+    })
+}

@@ -1,0 +1,559 @@
+//! The local bucket table (seed 000 Table 2, "Local Page Table"): every unit of this
+//! node's memory that is pinned, with reference counts from remote firehoses and
+//! from locally initiated operations, and the local victim FIFO (lazy deregistration).
+//!
+//! Guarantees (checked by [`LocalTable::check`], run after every operation in debug
+//! builds):
+//! - units never overlap; each lies inside one granule of [`Params::granule`];
+//! - `units.len() <= capacity` = M + MAXVICTIM (in units), so pinned memory stays
+//!   within `limit_bytes` no matter what peers ask;
+//! - a unit with a non-zero reference count is never unpinned (except by an explicit
+//!   `invalidate`, whose caller has told every holder to stop first);
+//! - units used only locally number at most MAXVICTIM (the local guarantee of §3.1),
+//!   so remote moves, which run in handlers and cannot wait, always find room by
+//!   evicting unreferenced units once peers respect f;
+//! - unreferenced units beyond `victim_keep` are unpinned at once (the FIFO length
+//!   limit).
+//!
+//! Side effects (mlock + conduit registration) go through the [`Pinner`] given to
+//! each call, so the table itself is pure and is tested against a model.
+
+use super::params::Params;
+use super::victim::VictimFifo;
+use crate::bail;
+use crate::runtime::error::Result;
+use std::collections::BTreeMap;
+
+/// Pins and unpins memory for the table (the conduit side of seed 000 §3.3).
+pub trait Pinner {
+    /// Pin `[s, e)`; returns whether the memory is also locked in RAM.
+    fn pin(&mut self, s: usize, e: usize) -> Result<bool>;
+    fn unpin(&mut self, s: usize, e: usize, locked: bool);
+    /// The largest range within `[lo, hi)` containing `[a, b)` that may be pinned
+    /// (mapped, and not library heap or an explicitly registered region); `None` if
+    /// `[a, b)` itself may not be.
+    fn extent(&self, a: usize, b: usize, lo: usize, hi: usize) -> Option<(usize, usize)>;
+}
+
+/// How a unit is used; derived from its counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Use {
+    /// At least one remote firehose points at it.
+    Remote,
+    /// Only local operations reference it.
+    LocalOnly,
+    /// Unreferenced: a victim, kept pinned for reuse until evicted.
+    Idle,
+}
+
+#[derive(Clone, Debug)]
+pub struct LocalUnit {
+    pub end: usize,
+    /// Peers holding a firehose on this unit (bit per rank).
+    holders: Vec<u64>,
+    /// Invariant: `remote == popcount(holders)`.
+    pub remote: u32,
+    pub local: u32,
+    pub locked: bool,
+    /// Distinguishes this unit from an earlier one at the same address.
+    pub gen: u64,
+    /// Sequence number of this unit's valid victim-FIFO entry.
+    queued: Option<u64>,
+    stamp: u64,
+}
+
+impl LocalUnit {
+    pub fn usage(&self) -> Use {
+        if self.remote > 0 {
+            Use::Remote
+        } else if self.local > 0 {
+            Use::LocalOnly
+        } else {
+            Use::Idle
+        }
+    }
+    fn has(&self, peer: usize) -> bool {
+        self.holders[peer / 64] & (1 << (peer % 64)) != 0
+    }
+    pub fn holder_ranks(&self) -> Vec<usize> {
+        let mut v = Vec::new();
+        for (w, bits) in self.holders.iter().enumerate() {
+            for b in 0..64 {
+                if bits & (1u64 << b) != 0 {
+                    v.push(w * 64 + b);
+                }
+            }
+        }
+        v
+    }
+}
+
+/// A reference a caller holds: (unit start, unit generation).
+pub type Held = (usize, u64);
+
+#[derive(Default, Clone, Copy, Debug)]
+pub struct LocalCounts {
+    pub pins: u64,
+    pub unpins: u64,
+    pub bytes: usize,
+    pub peak: usize,
+    pub remote_units: usize,
+    pub local_only_units: usize,
+    pub idle_units: usize,
+    pub idle_bytes: usize,
+    pub mlock_failures: u64,
+}
+
+pub struct LocalTable {
+    params: Params,
+    nodes: usize,
+    /// start -> unit. Invariant: non-overlapping.
+    units: BTreeMap<usize, LocalUnit>,
+    fifo: VictimFifo,
+    next_gen: u64,
+    pub counts: LocalCounts,
+}
+
+impl LocalTable {
+    pub fn new(params: Params, nodes: usize) -> LocalTable {
+        LocalTable {
+            params,
+            nodes,
+            units: BTreeMap::new(),
+            fifo: VictimFifo::default(),
+            next_gen: 0,
+            counts: LocalCounts::default(),
+        }
+    }
+
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    pub fn len(&self) -> usize {
+        self.units.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.units.is_empty()
+    }
+
+    /// The unit containing `addr`, if any.
+    fn containing(&self, addr: usize) -> Option<(usize, &LocalUnit)> {
+        self.units
+            .range(..=addr)
+            .next_back()
+            .filter(|(_, u)| u.end > addr)
+            .map(|(&s, u)| (s, u))
+    }
+
+    /// Does any unit overlap `[a, b)`?
+    pub fn overlaps(&self, a: usize, b: usize) -> bool {
+        self.units
+            .range(..b)
+            .next_back()
+            .is_some_and(|(_, u)| u.end > a)
+    }
+
+    fn set_use(&mut self, before: Use, after: Use, len: usize) {
+        if before == after {
+            return;
+        }
+        let c = &mut self.counts;
+        match before {
+            Use::Remote => c.remote_units -= 1,
+            Use::LocalOnly => c.local_only_units -= 1,
+            Use::Idle => {
+                c.idle_units -= 1;
+                c.idle_bytes -= len;
+            }
+        }
+        match after {
+            Use::Remote => c.remote_units += 1,
+            Use::LocalOnly => c.local_only_units += 1,
+            Use::Idle => {
+                c.idle_units += 1;
+                c.idle_bytes += len;
+            }
+        }
+    }
+
+    /// Apply `f` to the unit at `start`, keeping the use counters and the FIFO right.
+    fn update(&mut self, start: usize, f: impl FnOnce(&mut LocalUnit)) {
+        let u = self.units.get_mut(&start).expect("unit present");
+        let before = u.usage();
+        f(u);
+        let after = u.usage();
+        let len = u.end - start;
+        if after == Use::Idle {
+            u.stamp = self.fifo.now();
+            if u.queued.is_none() {
+                u.queued = Some(self.fifo.push(start));
+            }
+        }
+        self.set_use(before, after, len);
+    }
+
+    fn unpin_unit(&mut self, start: usize, pinner: &mut dyn Pinner) -> LocalUnit {
+        let u = self.units.remove(&start).expect("unit present");
+        let c = &mut self.counts;
+        match u.usage() {
+            Use::Remote => c.remote_units -= 1,
+            Use::LocalOnly => c.local_only_units -= 1,
+            Use::Idle => {
+                c.idle_units -= 1;
+                c.idle_bytes -= u.end - start;
+            }
+        }
+        pinner.unpin(start, u.end, u.locked);
+        self.counts.unpins += 1;
+        self.counts.bytes -= u.end - start;
+        u
+    }
+
+    /// Evict the least recently used unreferenced unit; false if there is none.
+    fn evict_one(&mut self, pinner: &mut dyn Pinner) -> bool {
+        while let Some((seq, start)) = self.fifo.pop() {
+            let Some(u) = self.units.get_mut(&start) else {
+                continue;
+            };
+            if u.queued != Some(seq) {
+                continue;
+            }
+            u.queued = None;
+            if u.usage() != Use::Idle {
+                continue; // in use again; re-queued when released
+            }
+            if u.stamp > seq {
+                // Second chance: used since it was queued.
+                u.queued = Some(self.fifo.push(start));
+                continue;
+            }
+            self.unpin_unit(start, pinner);
+            return true;
+        }
+        false
+    }
+
+    /// Unpin unreferenced units beyond the FIFO length limit.
+    pub fn trim(&mut self, pinner: &mut dyn Pinner) {
+        while self.counts.idle_units > self.params.victim_keep() {
+            if !self.evict_one(pinner) {
+                break;
+            }
+        }
+    }
+
+    /// Pin a new unit around `[a, b)` (inside one granule, not covered by any unit).
+    fn new_unit(&mut self, a: usize, b: usize, pinner: &mut dyn Pinner) -> Result<usize> {
+        let (glo, ghi) = self.params.granule(a);
+        debug_assert!(b <= ghi);
+        let lo = self
+            .units
+            .range(..a)
+            .next_back()
+            .map_or(glo, |(_, u)| u.end.max(glo));
+        let hi = self
+            .units
+            .range(a..)
+            .next()
+            .map_or(ghi, |(&s, _)| s.min(ghi));
+        let bb = b.min(hi);
+        let Some((s, e)) = pinner.extent(a, bb, lo, hi) else {
+            bail!(
+                Access,
+                "[{:#x}, {:#x}) is not mapped memory of rank's process (or overlaps the library heap)",
+                a,
+                bb
+            );
+        };
+        debug_assert!(lo <= s && s <= a && bb <= e && e <= hi);
+        while self.units.len() >= self.params.capacity() {
+            if !self.evict_one(pinner) {
+                bail!(
+                    NoResource,
+                    "all {} units of pinnable memory (M + MAXVICTIM = {} bytes) are in use",
+                    self.params.capacity(),
+                    self.params.limit_bytes()
+                );
+            }
+        }
+        let locked = pinner.pin(s, e)?;
+        if !locked {
+            self.counts.mlock_failures += 1;
+        }
+        self.next_gen += 1;
+        self.units.insert(
+            s,
+            LocalUnit {
+                end: e,
+                holders: vec![0; self.nodes.div_ceil(64)],
+                remote: 0,
+                local: 0,
+                locked,
+                gen: self.next_gen,
+                queued: None,
+                stamp: 0,
+            },
+        );
+        self.counts.pins += 1;
+        self.counts.idle_units += 1;
+        self.counts.idle_bytes += e - s;
+        self.counts.bytes += e - s;
+        self.counts.peak = self.counts.peak.max(self.counts.bytes);
+        Ok(s)
+    }
+
+    /// A peer's move asks for `[a, b)` (one granule piece): reference (pinning where
+    /// needed) the units covering it on behalf of `peer`. Returns the units' bounds.
+    /// Never waits: runs in a handler.
+    pub fn remote_acquire(
+        &mut self,
+        peer: usize,
+        a: usize,
+        b: usize,
+        pinner: &mut dyn Pinner,
+    ) -> Result<Vec<(usize, usize)>> {
+        let mut got: Vec<usize> = Vec::new();
+        let mut newly: Vec<usize> = Vec::new();
+        let mut cur = a;
+        let res = (|| {
+            while cur < b {
+                let start = match self.containing(cur) {
+                    Some((s, _)) => s,
+                    None => self.new_unit(cur, b, pinner)?,
+                };
+                let fresh = !self.units[&start].has(peer);
+                if fresh {
+                    self.update(start, |u| {
+                        u.holders[peer / 64] |= 1 << (peer % 64);
+                        u.remote += 1;
+                    });
+                    newly.push(start);
+                }
+                got.push(start);
+                cur = self.units[&start].end;
+            }
+            Ok(())
+        })();
+        if let Err(e) = res {
+            for s in newly {
+                self.remote_release(peer, s, pinner);
+            }
+            self.trim(pinner);
+            return Err(e);
+        }
+        self.check();
+        Ok(got.into_iter().map(|s| (s, self.units[&s].end)).collect())
+    }
+
+    /// A peer gives up its firehose on the unit at `start`. False if it held none
+    /// there (a stale or bad release: ignored).
+    pub fn remote_release(&mut self, peer: usize, start: usize, pinner: &mut dyn Pinner) -> bool {
+        match self.units.get(&start) {
+            Some(u) if peer < self.nodes && u.has(peer) => {}
+            _ => return false,
+        }
+        self.update(start, |u| {
+            u.holders[peer / 64] &= !(1 << (peer % 64));
+            u.remote -= 1;
+        });
+        self.trim(pinner);
+        true
+    }
+
+    /// Pin `[a, b)` for a local operation. `Ok(None)`: the local share (MAXVICTIM) is
+    /// used up by other local references right now; release some and retry.
+    pub fn local_acquire(
+        &mut self,
+        a: usize,
+        b: usize,
+        pinner: &mut dyn Pinner,
+    ) -> Result<Option<Vec<Held>>> {
+        let mut got: Vec<Held> = Vec::new();
+        let mut cur = a;
+        let budget = self.params.victim_units.max(1);
+        let res: Result<bool> = (|| {
+            while cur < b {
+                let (_, ghi) = self.params.granule(cur);
+                let pe = ghi.min(b);
+                let start = match self.containing(cur) {
+                    Some((s, _)) => s,
+                    None => {
+                        if self.counts.local_only_units >= budget {
+                            return Ok(false);
+                        }
+                        self.new_unit(cur, pe, pinner)?
+                    }
+                };
+                if self.units[&start].usage() == Use::Idle && self.counts.local_only_units >= budget
+                {
+                    return Ok(false);
+                }
+                self.update(start, |u| u.local += 1);
+                got.push((start, self.units[&start].gen));
+                cur = self.units[&start].end;
+            }
+            Ok(true)
+        })();
+        match res {
+            Ok(true) => {
+                self.check();
+                Ok(Some(got))
+            }
+            other => {
+                for h in got {
+                    self.local_release(h, pinner);
+                }
+                other.map(|_| None)
+            }
+        }
+    }
+
+    /// Reference `[a, b)` only if it is entirely pinned already (`try`); with
+    /// `partial`, the longest pinned run starting at `a` (or any later pinned unit).
+    pub fn local_try(
+        &mut self,
+        a: usize,
+        b: usize,
+        partial: bool,
+    ) -> Option<(usize, usize, Vec<Held>)> {
+        // Longest covered run within [a, b) (first run found).
+        let mut runs: Vec<(usize, usize, Vec<usize>)> = Vec::new();
+        let mut cur = a;
+        let mut run: Option<(usize, usize, Vec<usize>)> = None;
+        while cur < b {
+            if let Some((s, u)) = self.containing(cur) {
+                let e = u.end;
+                let r = run.get_or_insert((cur, cur, Vec::new()));
+                r.1 = e.min(b);
+                r.2.push(s);
+                cur = e;
+            } else {
+                if let Some(r) = run.take() {
+                    runs.push(r);
+                }
+                cur = match self.units.range(cur..b).next() {
+                    Some((&s, _)) => s,
+                    None => b,
+                };
+            }
+        }
+        if let Some(r) = run.take() {
+            runs.push(r);
+        }
+        let best = runs.into_iter().max_by_key(|r| r.1 - r.0)?;
+        if !partial && (best.0 != a || best.1 != b) {
+            return None;
+        }
+        let mut held = Vec::new();
+        for s in best.2 {
+            self.update(s, |u| u.local += 1);
+            held.push((s, self.units[&s].gen));
+        }
+        Some((best.0, best.1, held))
+    }
+
+    /// Drop a local reference (stale ones, from before an invalidation, are ignored).
+    pub fn local_release(&mut self, h: Held, pinner: &mut dyn Pinner) {
+        match self.units.get(&h.0) {
+            Some(u) if u.gen == h.1 && u.local > 0 => {}
+            _ => return,
+        }
+        self.update(h.0, |u| u.local -= 1);
+        self.trim(pinner);
+    }
+
+    /// Unpin every unit overlapping `[a, b)` regardless of references; returns each
+    /// removed unit's bounds and holders (the caller must have them stop first, or
+    /// tell them now and wait before the memory is reused).
+    pub fn invalidate(
+        &mut self,
+        a: usize,
+        b: usize,
+        pinner: &mut dyn Pinner,
+    ) -> Vec<(usize, usize, Vec<usize>)> {
+        let starts: Vec<usize> = self
+            .units
+            .range(..b)
+            .filter(|(_, u)| u.end > a)
+            .map(|(&s, _)| s)
+            .collect();
+        let mut out = Vec::new();
+        for s in starts {
+            let holders = self.units[&s].holder_ranks();
+            let u = self.unpin_unit(s, pinner);
+            out.push((s, u.end, holders));
+        }
+        self.check();
+        out
+    }
+
+    /// Unpin everything (finalize).
+    pub fn clear(&mut self, pinner: &mut dyn Pinner) {
+        let starts: Vec<usize> = self.units.keys().copied().collect();
+        for s in starts {
+            self.unpin_unit(s, pinner);
+        }
+        self.fifo.clear();
+    }
+
+    /// Units with their state, for tests and validation.
+    pub fn units(&self) -> impl Iterator<Item = (usize, &LocalUnit)> {
+        self.units.iter().map(|(&s, u)| (s, u))
+    }
+
+    /// Verify the invariants (debug builds; tests call it directly).
+    pub fn check(&self) {
+        if cfg!(debug_assertions) {
+            self.validate().expect("local firehose table invariant");
+        }
+    }
+
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        let mut prev_end = 0usize;
+        let (mut r, mut l, mut i, mut bytes) = (0, 0, 0, 0);
+        for (&s, u) in &self.units {
+            if s < prev_end || u.end <= s {
+                return Err(format!("unit [{s:#x},{:#x}) overlaps or is empty", u.end));
+            }
+            let (glo, ghi) = self.params.granule(s);
+            if u.end > ghi || s < glo {
+                return Err(format!("unit [{s:#x},{:#x}) crosses a granule", u.end));
+            }
+            let pop: u32 = u.holders.iter().map(|w| w.count_ones()).sum();
+            if pop != u.remote {
+                return Err(format!("unit {s:#x}: remote {} != holders {pop}", u.remote));
+            }
+            match u.usage() {
+                Use::Remote => r += 1,
+                Use::LocalOnly => l += 1,
+                Use::Idle => i += 1,
+            }
+            bytes += u.end - s;
+            prev_end = u.end;
+        }
+        let c = &self.counts;
+        if (r, l, i, bytes) != (c.remote_units, c.local_only_units, c.idle_units, c.bytes) {
+            return Err(format!(
+                "counts drifted: table ({r},{l},{i},{bytes}) vs counters ({},{},{},{})",
+                c.remote_units, c.local_only_units, c.idle_units, c.bytes
+            ));
+        }
+        if self.units.len() > self.params.capacity() {
+            return Err(format!(
+                "{} units pinned, capacity {}",
+                self.units.len(),
+                self.params.capacity()
+            ));
+        }
+        if c.idle_units > self.params.victim_keep() {
+            return Err(format!(
+                "{} idle units kept, FIFO limit {}",
+                c.idle_units,
+                self.params.victim_keep()
+            ));
+        }
+        Ok(())
+    }
+}
