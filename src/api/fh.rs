@@ -1053,7 +1053,7 @@ impl CtxInner {
     }
 
     /// `fh_release`.
-    pub fn release_pin(&self, pin: Box<PinObj>) -> Result<()> {
+    pub fn release_pin(&self, pin: PinObj) -> Result<()> {
         self.fh_release_pins(pin.pins);
         Ok(())
     }

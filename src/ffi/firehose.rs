@@ -119,6 +119,7 @@ impl From<FhSnapshot> for fh_stats_t {
     }
 }
 
+#[allow(clippy::boxed_local)]
 fn wrap(p: Box<PinObj>) -> *mut fh_pin_t {
     Box::into_raw(Box::new(fh_pin_t { inner: *p }))
 }
@@ -201,6 +202,7 @@ unsafe impl Send for Callback {}
 /// - `cb != NULL`: on a hit FH_OK and `*pin_out` (cb is not called); on a miss
 ///   FH_NOT_READY, `*pin_out = NULL`, and cb(pin, FH_OK, arg) or cb(NULL, FH_ERR_*,
 ///   arg) runs later inside a library call on this context.
+///
 /// A pin may use at most f firehoses (FH_ERR_NO_RESOURCE beyond: pin in parts).
 /// Errors: FH_ERR_INVALID_ARG (also for this rank: use fh_local_pin), FH_ERR_BAD_RANK,
 /// FH_ERR_ACCESS (the target refused: not mapped there). Thread-safe; not from
@@ -362,7 +364,7 @@ pub extern "C" fn fh_release(ctx: *mut fh_ctx_t, pin: *mut fh_pin_t) -> c_int {
         p.magic = PIN_DEAD;
         // SAFETY: the pointer came from Box::into_raw in this module.
         let b = unsafe { Box::from_raw(pin) };
-        c.release_pin(Box::new(b.inner))?;
+        c.release_pin(b.inner)?;
         OK
     })
 }

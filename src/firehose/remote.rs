@@ -57,6 +57,7 @@ pub enum Plan {
     NeedReplacements,
 }
 
+#[derive(Default)]
 pub struct PeerTable {
     /// start -> entry. Invariant: non-overlapping.
     entries: BTreeMap<usize, RemoteEntry>,
@@ -70,20 +71,6 @@ pub struct PeerTable {
     next_gen: u64,
     /// Most recent hit entry (start, end, gen): checked before the tree.
     recent: (usize, usize),
-}
-
-impl Default for PeerTable {
-    fn default() -> Self {
-        PeerTable {
-            entries: BTreeMap::new(),
-            fifo: VictimFifo::default(),
-            used: 0,
-            idle: 0,
-            deferred: Vec::new(),
-            next_gen: 0,
-            recent: (0, 0),
-        }
-    }
 }
 
 impl PeerTable {
@@ -231,19 +218,10 @@ impl PeerTable {
             }
         }
         debug_assert!(missing.iter().all(|&(a, b)| a < b && a >= addr && b <= end));
-        if always_move {
-            if !waits.is_empty() {
-                return Plan::Wait(waits);
-            }
-            // Ask for the whole range; the live parts are answered idempotently.
-            let pins: Vec<(usize, usize)> = p.pieces(addr, len).collect();
-            return Plan::Move {
-                releases: std::mem::take(&mut self.deferred),
-                pins,
-            }
-            .with_placeholders(self, &missing, id);
+        if always_move && !waits.is_empty() {
+            return Plan::Wait(waits);
         }
-        if missing.is_empty() {
+        if missing.is_empty() && !always_move {
             if !waits.is_empty() {
                 return Plan::Wait(waits);
             }
@@ -262,11 +240,14 @@ impl PeerTable {
                 }
             }
         }
-        Plan::Move {
-            releases,
-            pins: missing.clone(),
-        }
-        .with_placeholders(self, &missing, id)
+        // The rendezvous baselines ask for the whole range every time (the parts
+        // already held are answered idempotently by the target).
+        let pins = if always_move {
+            p.pieces(addr, len).collect()
+        } else {
+            missing.clone()
+        };
+        Plan::Move { releases, pins }.with_placeholders(self, &missing, id)
     }
 
     /// The target answered move `id`: drop its placeholders and enter the units it

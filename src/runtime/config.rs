@@ -319,7 +319,7 @@ pub static SETTINGS: &[Setting] = &[
         help: "region mode: largest region (a power of two, at least a page)",
         set: |c, v| {
             let n = parse_size(v)?;
-            if !n.is_power_of_two() || n < 4096 || n > 1 << 30 {
+            if !n.is_power_of_two() || !(4096..=1 << 30).contains(&n) {
                 bail!(InvalidArg, "must be a power of two between 4K and 1G");
             }
             c.fh_maxregion = n;
