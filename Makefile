@@ -94,6 +94,8 @@ lint:
 
 test-rust: deps
 	$(CARGO_ENV) cargo test --release
+	# Once more in the dev profile, where every table operation checks its invariants.
+	$(CARGO_ENV) cargo test --test firehose_prop
 
 # C tests under the selected MPI at $(NPS) ranks.
 test-c: c-tests

@@ -458,6 +458,7 @@ int fh_partial_local_pin(struct fh_ctx_t *ctx,
  * - `cb != NULL`: on a hit FH_OK and `*pin_out` (cb is not called); on a miss
  *   FH_NOT_READY, `*pin_out = NULL`, and cb(pin, FH_OK, arg) or cb(NULL, FH_ERR_*,
  *   arg) runs later inside a library call on this context.
+ *
  * A pin may use at most f firehoses (FH_ERR_NO_RESOURCE beyond: pin in parts).
  * Errors: FH_ERR_INVALID_ARG (also for this rank: use fh_local_pin), FH_ERR_BAD_RANK,
  * FH_ERR_ACCESS (the target refused: not mapped there). Thread-safe; not from
@@ -600,7 +601,9 @@ void fh_free(struct fh_ctx_t *ctx, void *ptr);
  * Make `[addr, addr+len)` of this rank remotely accessible (registered with the
  * conduit and, with FH_PIN=mlock, locked in RAM) until fh_mem_unregister. The range
  * must be mapped and must not overlap another registration or the library heap.
- * If mlock fails (RLIMIT_MEMLOCK) the range is registered without locking.
+ * If mlock fails (RLIMIT_MEMLOCK) the range is registered without locking. Firehose
+ * pins other ranks hold in the range are dropped first (they are told and must be
+ * polling; one round trip per such rank).
  * Errors: FH_ERR_INVALID_ARG, FH_ERR_ACCESS (not mapped), FH_ERR_MPI (attach
  * failed). Thread-safe; not from handlers.
  */
@@ -615,8 +618,12 @@ int fh_mem_register(struct fh_ctx_t *ctx, void *addr, size_t len);
 int fh_mem_unregister(struct fh_ctx_t *ctx, void *addr, size_t len);
 
 /**
- * The range was freed or remapped: drop every registration overlapping it, here and
- * in every peer's cache (as fh_mem_unregister does). FH_OK even if nothing overlapped.
+ * The range was freed or remapped: drop every registration and every firehose pin
+ * overlapping it, here and in every peer that holds one (each is told to forget it
+ * and complete its operations, and acknowledges, before this returns; they must be
+ * polling). Call it after munmap/free and before the memory is reused, so no rank
+ * keeps writing through a stale pin. FH_OK even if nothing overlapped. Not from
+ * handlers.
  */
 int fh_mem_invalidate(struct fh_ctx_t *ctx, void *addr, size_t len);
 

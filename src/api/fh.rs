@@ -454,10 +454,14 @@ impl CtxInner {
         am::check_not_in_handler("firehose replacement")?;
         let before = self.fh.inflight.lock()[rank].len();
         if before == 0 {
-            // Nothing of ours in flight; give handlers a chance (the target may be
-            // answering an earlier move) and report no progress.
-            self.progress_once()?;
-            return Ok(false);
+            // No operation of ours holds firehoses to that rank. Moves still in
+            // flight (non-blocking pins, other threads) will free or fill entries:
+            // progress and retry. Otherwise pins the application holds are in the way.
+            let moving = !self.fh.moves.lock().is_empty();
+            if self.progress_once()? == 0 {
+                self.conduit.idle();
+            }
+            return Ok(moving);
         }
         self.rma_flush_rank(rank)?;
         Ok(self.fh.inflight.lock()[rank].len() < before)
