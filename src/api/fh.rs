@@ -245,6 +245,15 @@ impl CtxInner {
         self.fh.params.strategy
     }
 
+    /// Does a hit need no message under the registration strategy in use?
+    #[inline]
+    pub fn fh_hits_one_sided(&self) -> bool {
+        matches!(
+            self.fh.params.strategy,
+            Strategy::Firehose | Strategy::PinEverything
+        )
+    }
+
     /// Largest part (bytes from `addr`) of a transfer one acquisition may cover:
     /// at most f firehoses, and (conduits pinning the local side) at most the local
     /// share for the local buffer at `local`.
@@ -280,9 +289,7 @@ impl CtxInner {
         debug_assert!(rank != self.rank && len > 0);
         let fh = &self.fh;
         // Fast path: one live entry covers it.
-        if self.strategy() != Strategy::RendezvousKeep
-            && self.strategy() != Strategy::RendezvousUnpin
-        {
+        if self.fh_hits_one_sided() {
             if let Some(h) = fh.peers[rank].lock().hit_one(addr, addr + len) {
                 self.count(&fh.stats.hits, 1);
                 return Ok(Grant::Pins(OpPins {

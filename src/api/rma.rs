@@ -212,8 +212,8 @@ impl CtxInner {
     ) -> Result<()> {
         let local_plain =
             !self.fh.local_side || self.plain_access(self.rank, local, nbytes).is_some();
-        if local_plain {
-            if let Some(_proof) = self.plain_access(rank, remote, nbytes) {
+        let remote_plain = match self.plain_access(rank, remote, nbytes) {
+            Some(_proof) if local_plain => {
                 // Library heap or an explicitly registered region: no firehose.
                 // SAFETY: the caller of the public functions guarantees `local` is
                 // valid for nbytes until the operation completes (documented per
@@ -224,8 +224,9 @@ impl CtxInner {
                 }
                 return Ok(());
             }
-        }
-        if rank == self.rank && self.plain_access(rank, remote, nbytes).is_none() {
+            other => other.is_some(),
+        };
+        if rank == self.rank && !remote_plain {
             // Own memory outside registered regions: the kernel copies it, so a bad
             // address is FH_ERR_ACCESS, never a fault.
             return match dir {
@@ -233,7 +234,32 @@ impl CtxInner {
                 Dir::Get => os::copy_checked(local, remote, nbytes),
             };
         }
-        let remote_plain = self.plain_access(rank, remote, nbytes).is_some();
+        if local_plain && !remote_plain && self.fh_hits_one_sided() {
+            // The firehose hit path (seed 000 Fig. 2 step 1): one live firehose covers
+            // the target; take a reference, transfer, release.
+            let hit = self.fh.peers[rank].lock().hit_one(remote, remote + nbytes);
+            if let Some(h) = hit {
+                self.count(&self.fh.stats.hits, 1);
+                // SAFETY: as above; the firehose keeps the target pinned and
+                // registered until our reference is released after completion.
+                let r = unsafe { self.raw(dir, rank, remote, local, nbytes, blocking) };
+                if blocking || r.is_err() {
+                    self.fh.peers[rank].lock().release(h);
+                } else {
+                    let seq = self.rma.bump(rank);
+                    self.fh_hold(
+                        rank,
+                        seq,
+                        OpPins {
+                            rank,
+                            remote: vec![h],
+                            local: vec![],
+                        },
+                    );
+                }
+                return r;
+            }
+        }
         let mut off = 0;
         while off < nbytes {
             let c = self.fh_chunk(remote + off, nbytes - off, local + off);
