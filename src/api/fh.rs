@@ -245,6 +245,21 @@ impl CtxInner {
         self.fh.params.strategy
     }
 
+    /// Run `f` on `rank`'s firehose table: locked when threads may race, else
+    /// directly (the hit path's two table visits would otherwise cost two lock round
+    /// trips).
+    #[inline]
+    pub fn with_peer<R>(&self, rank: usize, f: impl FnOnce(&mut PeerTable) -> R) -> R {
+        if self.concurrent {
+            f(&mut self.fh.peers[rank].lock())
+        } else {
+            // SAFETY: without MPI_THREAD_MULTIPLE at most one thread is inside the
+            // library and there is no progress thread; handlers (the other users of
+            // this table) run only inside that thread's polls, never during `f`.
+            f(unsafe { &mut *self.fh.peers[rank].data_ptr() })
+        }
+    }
+
     /// Does a hit need no message under the registration strategy in use?
     #[inline]
     pub fn fh_hits_one_sided(&self) -> bool {

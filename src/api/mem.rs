@@ -217,6 +217,9 @@ impl CtxInner {
             let g = self.local_regs.read();
             return covered(&g, addr, len, |r| r.end).then_some(Access::Local(g));
         }
+        if self.remote.is_empty(rank) {
+            return None;
+        }
         if !self.concurrent {
             // SAFETY: without MPI_THREAD_MULTIPLE at most one thread is inside the
             // library (the MPI thread-level contract) and there is no progress

@@ -237,14 +237,14 @@ impl CtxInner {
         if local_plain && !remote_plain && self.fh_hits_one_sided() {
             // The firehose hit path (seed 000 Fig. 2 step 1): one live firehose covers
             // the target; take a reference, transfer, release.
-            let hit = self.fh.peers[rank].lock().hit_one(remote, remote + nbytes);
+            let hit = self.with_peer(rank, |t| t.hit_one(remote, remote + nbytes));
             if let Some(h) = hit {
                 self.count(&self.fh.stats.hits, 1);
                 // SAFETY: as above; the firehose keeps the target pinned and
                 // registered until our reference is released after completion.
                 let r = unsafe { self.raw(dir, rank, remote, local, nbytes, blocking) };
                 if blocking || r.is_err() {
-                    self.fh.peers[rank].lock().release(h);
+                    self.with_peer(rank, |t| t.release(h));
                 } else {
                     let seq = self.rma.bump(rank);
                     self.fh_hold(

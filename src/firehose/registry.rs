@@ -208,6 +208,8 @@ impl PeerRegions {
 
 pub struct RemoteCache {
     per_rank: Vec<RwLock<PeerRegions>>,
+    /// Entries per rank (mirrors the maps, for a lock-free emptiness check).
+    count: Vec<std::sync::atomic::AtomicUsize>,
 }
 
 impl RemoteCache {
@@ -221,6 +223,7 @@ impl RemoteCache {
                     })
                 })
                 .collect(),
+            count: (0..size).map(|_| Default::default()).collect(),
         }
     }
 
@@ -248,6 +251,13 @@ impl RemoteCache {
         unsafe { (*self.per_rank[rank].data_ptr()).covers(addr, len) }
     }
 
+    /// True if nothing of `rank` is cached (a relaxed hint, exact without
+    /// concurrent writers: entries only appear from that peer's answers).
+    #[inline]
+    pub fn is_empty(&self, rank: usize) -> bool {
+        self.count[rank].load(std::sync::atomic::Ordering::Relaxed) == 0
+    }
+
     pub fn insert(&self, rank: usize, start: usize, end: usize) {
         let mut g = self.per_rank[rank].write();
         let m = &mut g.map;
@@ -261,6 +271,7 @@ impl RemoteCache {
             m.remove(&s);
         }
         m.insert(start, end);
+        self.count[rank].store(m.len(), std::sync::atomic::Ordering::Relaxed);
         debug_assert!(
             m.iter().zip(m.iter().skip(1)).all(|(a, b)| a.1 <= b.0),
             "cache entries overlap"
@@ -280,6 +291,7 @@ impl RemoteCache {
         for s in &stale {
             g.map.remove(s);
         }
+        self.count[rank].store(g.map.len(), std::sync::atomic::Ordering::Relaxed);
         if g.recent.0 < end && g.recent.1 > start {
             g.recent = (0, 0);
         }
