@@ -35,6 +35,16 @@ enum Op {
         off: usize,
         len: usize,
     },
+    /// An implicit-handle get left in flight (holding its firehoses) until `Sync`.
+    GetNbi {
+        from: usize,
+        to: usize,
+        off: usize,
+        len: usize,
+    },
+    Sync {
+        node: usize,
+    },
 }
 
 fn op(n: usize) -> impl Strategy<Value = Op> {
@@ -49,6 +59,10 @@ fn op(n: usize) -> impl Strategy<Value = Op> {
         1 => (node, 0..MEM, 1usize..30_000).prop_map(|(nd, o, l)| Op::Invalidate {
             node: nd, off: o.min(MEM - 1), len: l.min(MEM - o.min(MEM - 1))
         }),
+        3 => (0..n, 0..n, 0..MEM, 1usize..8_000).prop_map(|(f, t, o, l)| Op::GetNbi {
+            from: f, to: t, off: o.min(MEM - 1), len: l.min(MEM - o.min(MEM - 1))
+        }),
+        1 => (0..n).prop_map(|nd| Op::Sync { node: nd }),
     ]
 }
 
@@ -58,6 +72,9 @@ struct World {
     mem: Vec<Vec<u8>>,
     model: Vec<Vec<u8>>,
     scratch: Vec<Vec<u8>>,
+    /// Destinations of implicit-handle gets (never read back: their data is only
+    /// defined after the sync, and other ops may change the source meanwhile).
+    sink: Vec<Vec<u8>>,
 }
 
 fn build(n: usize, mode: FhMode, strategy: Reg) -> World {
@@ -93,6 +110,7 @@ fn build(n: usize, mode: FhMode, strategy: Reg) -> World {
         mem,
         model,
         scratch,
+        sink: (0..n).map(|_| vec![0u8; 8 * 1024]).collect(),
     }
 }
 
@@ -177,6 +195,19 @@ impl World {
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(&self.scratch[from][..len], &self.model[to][off..off + len]);
             }
+            Op::GetNbi { from, to, off, len } => {
+                let len = len.min(self.sink[from].len());
+                let src = self.mem[to].as_ptr() as usize + off;
+                let dst = self.sink[from].as_mut_ptr() as usize;
+                self.c[from]
+                    .get_nbi(dst, to as i64, src, len)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            }
+            Op::Sync { node } => {
+                self.c[node]
+                    .wait_nbi(firehose::api::rma::NBI_ALL)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            }
             Op::Invalidate { node, off, len } => {
                 let a = self.mem[node].as_ptr() as usize + off;
                 self.c[node]
@@ -201,6 +232,10 @@ fn run_trace(n: usize, ops: &[Op], mode: FhMode, strategy: Reg) -> Result<(), Te
     let mut w = build(n, mode, strategy);
     for (i, o) in ops.iter().enumerate() {
         w.run(o, i as u8)?;
+    }
+    for c in &w.c {
+        c.wait_nbi(firehose::api::rma::NBI_ALL)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
     }
     // Everything pinned is released at finalize; the conduit ends with nothing.
     for c in &w.c {

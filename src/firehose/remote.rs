@@ -228,17 +228,30 @@ impl PeerTable {
             live.dedup();
             return Plan::Hit(live.into_iter().map(|s| self.take_ref(s)).collect());
         }
-        // Reserve: unused firehoses first (before steady state), then replacements.
+        // Reserve: unused firehoses first (before steady state), then replacements —
+        // never the live firehoses this very request is about to use (they are
+        // referenced meanwhile; evicting them would make the request chase its own
+        // tail forever).
         let need = missing.len();
+        live.dedup();
+        let guard: Vec<Held> = live.iter().map(|&s| self.take_ref(s)).collect();
         let mut releases = std::mem::take(&mut self.deferred);
+        let mut short = false;
         while self.used + need > p.f {
             match self.evict_one() {
                 Some(s) => releases.push(s),
                 None => {
-                    self.deferred = releases;
-                    return Plan::NeedReplacements;
+                    short = true;
+                    break;
                 }
             }
+        }
+        for h in guard {
+            self.release(h);
+        }
+        if short {
+            self.deferred = releases;
+            return Plan::NeedReplacements;
         }
         // The rendezvous baselines ask for the whole range every time (the parts
         // already held are answered idempotently by the target).

@@ -214,6 +214,7 @@ program test_basic
   stats%struct_size = c_sizeof(stats)
   call check_rc(fh_stats_get(ctx, c_loc(stats)), FH_OK, "fh_stats_get")
   call check(stats%struct_size > 0, "fh_stats_t struct_size is 0")
+  call check(stats%struct_size == c_sizeof(stats), "sizeof(fh_stats_t) differs from C")
   call check(stats%limit_bytes > 0, "fh_stats_t limit_bytes is 0")
   call check(stats%puts >= 2, "fh_stats_t puts: fewer than the 2 puts made")
   call check_rc(fh_stats_get(c_null_ptr, c_loc(stats)), FH_ERR_INVALID_ARG, "fh_stats_get(NULL)")
