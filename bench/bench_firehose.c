@@ -16,12 +16,15 @@
  *         MPI_Put + MPI_Win_flush of 64 KiB to an MPI_Win_create window over rank 0's
  *         whole buffer (the "pin-everything ideal"), rotating which goes first.
  *         Bandwidth = bytes / time measured by each initiator, summed over the
- *         initiators (aggregate at rank 0): bandwidth_MBps from the median batch
- *         (64 KiB / median per-put time of the batches), bandwidth_mean_MBps from all
- *         bytes / all time (which also charges every preemption of a rank: 3 busy
- *         ranks on 2 cores make it noisy). Hit rate = hits / (hits + misses) from
- *         fh_stats over the timed puts. A strategy that returns FH_ERR_NO_RESOURCE
- *         records the point as "failed (NO_RESOURCE)" and stops its sweep.
+ *         initiators (aggregate at rank 0). With one initiator (2 ranks) the CSV's
+ *         bandwidth_MBps is 64 KiB / the median per-put time of the batches and
+ *         bandwidth_alt_MBps is all bytes / all time (which also charges every
+ *         preemption). With several initiators the two swap: busy ranks beyond the
+ *         core count do not all run at once, so a sum of per-initiator medians would
+ *         overstate the aggregate. Column "method" says which (median-batch |
+ *         bytes/time). Hit rate = hits / (hits + misses) from fh_stats over the
+ *         timed puts. A strategy that returns FH_ERR_NO_RESOURCE records the point as
+ *         "failed (NO_RESOURCE)" and stops its sweep.
  *         Each point ends with a data check (fh_put + fh_get of a pattern, and rank 0
  *         compares its memory). CSV: <outdir>/fh_sweep_<strategy>.csv.
  *  hit    8-byte fh_put / fh_get from rank 0 to a hot firehose on rank 1's plain
@@ -36,7 +39,9 @@
  *         run: one AM short round trip (fh_am_request_short -> handler
  *         fh_am_reply_short) measured by rank 0, plus mlock + munlock and
  *         MPI_Win_attach + MPI_Win_detach of the bytes one move pins, measured on
- *         rank 1. The pinning unit comes from the library's settings
+ *         rank 1 over a walk of 32 other units. Every op is timed; medians (and
+ *         p90/p99/max). An 8-byte put that misses travels inside the move
+ *         (put-in-move); a get needs the move, then the one-sided get. The pinning unit comes from the library's settings
  *         (FH_FIREHOSE_MODE, FH_FIREHOSE_MAXREGION_SIZE): launch once per setting.
  *         CSV: <outdir>/bench_firehose_miss.csv (bench.h columns, fh = miss,
  *         baseline = AM RTT + pin) and bench_firehose_miss_parts.csv (components).
@@ -191,8 +196,8 @@ static int run_sweep(const char *outdir) {
     csv = fopen(path, "w");
     if (!csv) BENCH_DIE("cannot open %s: %s", path, strerror(errno));
     fprintf(csv, "strategy,working_set_bytes,bandwidth_MBps,hit_rate,status,ratio_vs_mpi,launch,puts,hits,misses,"
-                 "us_per_put_median,bandwidth_mean_MBps,ratio_mean_vs_mpi,bytes_pinned_peak,M_bytes,maxvictim_bytes,"
-                 "limit_bytes,unit_bytes,ranks\n");
+                 "us_per_put_median,bandwidth_alt_MBps,ratio_alt_vs_mpi,bytes_pinned_peak,M_bytes,maxvictim_bytes,"
+                 "limit_bytes,unit_bytes,ranks,method\n");
     print_settings("sweep", &st0);
     printf("== sweep: random %zu KiB fh_put from %d initiator(s) into rank 0's malloc'd memory; M = %s, MAXVICTIM = %s"
            " (M from %s); up to %d timed puts or %.1f s per point and initiator\n",
@@ -304,7 +309,10 @@ static int run_sweep(const char *outdir) {
       fh_stats_t st = stats_now();
       /* Bandwidth per initiator from the median batch (per-put time), and from
        * bytes / total time (the mean, which charges every preemption); both summed
-       * over the initiators. */
+       * over the initiators. The primary figure (bandwidth_MBps) is the median one
+       * with one initiator; with several it is the mean one: their batch medians
+       * come from whenever each ran, and 3+ busy ranks on 2 cores do not all run at
+       * once, so a sum of medians would overstate the aggregate. */
       double fhbw = 0, mpibw = 0, fhmean = 0, mpimean = 0, hits = 0, misses = 0, puts = 0, fmed = 0, mmed = 0;
       for (int i = 1; i < nranks; i++) {
         double *x = all + (size_t)i * NR;
@@ -331,7 +339,12 @@ static int run_sweep(const char *outdir) {
                 (unsigned long long)st.bytes_pinned_peak, (unsigned long long)st0.limit_bytes);
       double hr = hits + misses > 0 ? hits / (hits + misses) : 0;
       const char *status = anyfail ? "failed (NO_RESOURCE)" : "ok";
-      const char *tail = "%llu,%zu,%zu,%llu,%llu,%d\n";
+      if (ninit > 1) { /* primary = mean-based, see above */
+        double t = fhbw; fhbw = fhmean; fhmean = t;
+        t = mpibw; mpibw = mpimean; mpimean = t;
+      }
+      /* method: how bandwidth_MBps was computed; the _alt_ columns hold the other way. */
+      const char *tail = ninit > 1 ? "%llu,%zu,%zu,%llu,%llu,%d,bytes/time\n" : "%llu,%zu,%zu,%llu,%llu,%d,median-batch\n";
       if (anyfail) {
         fprintf(csv, "%s,%zu,,,%s,,%s,%.0f,%.0f,%.0f,,,,", strategy, ws, status, strategy, puts, hits, misses);
         fprintf(csv, tail, (unsigned long long)st.bytes_pinned_peak, M, V, (unsigned long long)st0.limit_bytes,
@@ -344,11 +357,12 @@ static int run_sweep(const char *outdir) {
                 mpimean > 0 ? fhmean / mpimean : 0);
         fprintf(csv, tail, (unsigned long long)st.bytes_pinned_peak, M, V, (unsigned long long)st0.limit_bytes,
                 (unsigned long long)st0.unit_bytes, nranks);
-        fprintf(csv, "mpi-raw,%zu,%.1f,,ok,1.0,%s,,,,%.3f,%.1f,1.0,,", ws, mpibw, strategy, mmed * 1e6, mpimean);
+        fprintf(csv, "mpi-raw,%zu,%.1f,,ok,1.0,%s,,,,%.3f,%.1f,1.0,", ws, mpibw, strategy, mmed * 1e6, mpimean);
         fprintf(csv, tail, 0ULL, M, V, (unsigned long long)st0.limit_bytes, (unsigned long long)st0.unit_bytes, nranks);
-        printf("%-16s %12s %10.0f %10.0f %6.2f %8.2f%% %8.0f %10s %s   (mean-based: %.0f / %.0f = %.2f)\n", strategy,
+        printf("%-16s %12s %10.0f %10.0f %6.2f %8.2f%% %8.0f %10s %s   (%s: %.0f / %.0f = %.2f)\n", strategy,
                mib(ws, b1, sizeof b1), fhbw, mpibw, mpibw > 0 ? fhbw / mpibw : 0, 100 * hr, misses,
-               mib(st.bytes_pinned_peak, b3, sizeof b3), status, fhmean, mpimean, mpimean > 0 ? fhmean / mpimean : 0);
+               mib(st.bytes_pinned_peak, b3, sizeof b3), status, ninit > 1 ? "from medians" : "mean-based", fhmean, mpimean,
+               mpimean > 0 ? fhmean / mpimean : 0);
       }
       fflush(csv);
       fflush(stdout);
@@ -387,7 +401,7 @@ static int run_hit(const char *outdir) {
   if (bench_rank == 1) MPIB(MPI_Win_attach(win, tbuf, BUFSZ));
   MPI_Aint disp;
   MPIB(MPI_Get_address(tbuf, &disp));
-  uint64_t mine[2] = {(uint64_t)(uintptr_t)tbuf, (uint64_t)disp}, t1[2] = {mine[0], mine[1]};
+  uint64_t t1[2] = {(uint64_t)(uintptr_t)tbuf, (uint64_t)disp};
   MPIB(MPI_Bcast(t1, 2, MPI_UINT64_T, 1, MPI_COMM_WORLD));
   char *remote = (char *)(uintptr_t)t1[0];
   MPI_Aint rdisp = (MPI_Aint)t1[1];
@@ -474,7 +488,6 @@ static int run_hit(const char *outdir) {
   if (bench_rank == 1) FHB(fh_mem_invalidate(ctx, tbuf, BUFSZ));
   bench_poll_barrier(ctx);
   free(tbuf);
-  (void)mine;
   return 0;
 }
 
@@ -601,9 +614,13 @@ static int run_miss(const char *outdir) {
   if (bench_rank == 0 && d8 != 1 && d8 != 42 && d8 != 0x0101010101010101ULL)
     BENCH_DIE("WRONG DATA: a miss fh_get returned %#llx", (unsigned long long)d8);
   /* Rank 1 sends its medians and counters to rank 0. */
-  double t1[8] = {0};
+  double t1[11] = {0};
   if (bench_rank == 1) {
     fh_stats_t st = stats_now();
+    samples_median(&s[W_MLOCK]); /* sorts */
+    t1[8] = pct(&s[W_MLOCK], .9);
+    t1[9] = pct(&s[W_MLOCK], .99);
+    t1[10] = pct(&s[W_MLOCK], 1);
     t1[0] = samples_median(&s[W_MLOCK]);
     t1[1] = samples_median(&s[W_ATTACH]);
     t1[2] = (double)st.moves_handled;
@@ -613,7 +630,7 @@ static int run_miss(const char *outdir) {
     t1[6] = (double)st.bytes_pinned_peak;
     t1[7] = (double)st.limit_bytes;
   }
-  MPIB(MPI_Ibcast(t1, 8, MPI_DOUBLE, 1, MPI_COMM_WORLD, &req));
+  MPIB(MPI_Ibcast(t1, 11, MPI_DOUBLE, 1, MPI_COMM_WORLD, &req));
   pwait(&req);
   if (bench_rank == 0) {
     fh_stats_t st = stats_now();
@@ -635,6 +652,8 @@ static int run_miss(const char *outdir) {
            pct(&s[W_PUT], .9) * 1e6, pct(&s[W_PUT], .99) * 1e6, pct(&s[W_PUT], 1) * 1e6, pct(&s[W_GET], .9) * 1e6,
            pct(&s[W_GET], .99) * 1e6, pct(&s[W_GET], 1) * 1e6, pct(&s[W_AM], .9) * 1e6, pct(&s[W_AM], .99) * 1e6,
            pct(&s[W_AM], 1) * 1e6);
+    printf("                                 mlock+munlock on rank 1 %.1f / %.1f / %.1f\n", t1[8] * 1e6, t1[9] * 1e6,
+           t1[10] * 1e6);
     printf("   counters over the timed part: rank 0 misses %llu of %.0f ops (hit rate %.2f%%), putinmove %llu, AMs sent %llu"
            " (%.2f per miss, not counting the RTT pings);\n   rank 1 moves handled %.0f, pins %.0f, unpins %.0f, AMs sent %.0f"
            " (not counting pongs), pinned peak %.0f of limit %.0f\n",

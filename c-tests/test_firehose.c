@@ -4,7 +4,7 @@
  * Every rank owns a working set of FH_TEST_WS bytes (default 4x the limit_bytes
  * (M + MAXVICTIM) the library reports, so accesses miss and evict). Its first half
  * is read-only (a pattern of (owner, offset)); the second half has one lane per
- * writer. Phase 1: FH_TEST_OPS (default 1500) random fh_put / fh_get / fh_put_nb /
+ * writer. Phase 1: FH_TEST_OPS (default 3000) random fh_put / fh_get / fh_put_nb /
  * fh_get_nbi of 8 B .. 64 KiB to random ranks and offsets; puts go to the writer's
  * own lane, gets read the read-only half (checked against the pattern) or the
  * writer's own lane (checked against the writer's local model of it). Operations in
@@ -316,7 +316,7 @@ int main(int argc, char **argv) {
   if (ws < (size_t)np * 512) ws = (size_t)np * 512;
   ro = (ws / 2) & ~(size_t)7;
   lane = ((ws - ro) / (size_t)np) & ~(size_t)7;
-  long nops = getenv("FH_TEST_OPS") ? atol(getenv("FH_TEST_OPS")) : 1500;
+  long nops = getenv("FH_TEST_OPS") ? atol(getenv("FH_TEST_OPS")) : 3000;
 
   wsbuf = malloc(ws);
   CHECK(wsbuf != NULL, "malloc(%zu)", ws);

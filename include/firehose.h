@@ -460,6 +460,8 @@ int fh_partial_local_pin(struct fh_ctx_t *ctx,
  *   arg) runs later inside a library call on this context.
  *
  * A pin may use at most f firehoses (FH_ERR_NO_RESOURCE beyond: pin in parts).
+ * The peer's fh_malloc memory and regions it registered are prepinned: their pins
+ * hold nothing. `*pin_out` is left unchanged on error.
  * Errors: FH_ERR_INVALID_ARG (also for this rank: use fh_local_pin), FH_ERR_BAD_RANK,
  * FH_ERR_ACCESS (the target refused: not mapped there). Thread-safe; not from
  * handlers.

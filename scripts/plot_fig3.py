@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Plot seed 000 Fig. 3 from bench_firehose sweep CSVs as a hand-written SVG.
 
-Usage: scripts/plot_fig3.py [-o docs/fig3.svg] sweep.csv [more.csv ...]
+Usage: scripts/plot_fig3.py [-o docs/fig3.svg] [--table summary.md] sweep.csv [more.csv ...]
+
+--table also writes a Markdown table of the medians: per working set, each
+strategy's MB/s, its ratio to the raw-MPI baseline of the same launch (median of
+the per-launch ratios) and its hit rate.
 
 Input rows (bench_firehose sweep): strategy,working_set_bytes,bandwidth_MBps,
 hit_rate,status,ratio_vs_mpi,launch,...,M_bytes,maxvictim_bytes,... Rows with
@@ -60,11 +64,15 @@ def nice_step(span, target=6):
 
 def main(argv):
     out = "docs/fig3.svg"
+    table = None
     paths = []
     i = 0
     while i < len(argv):
         if argv[i] == "-o":
             out = argv[i + 1]
+            i += 2
+        elif argv[i] == "--table":
+            table = argv[i + 1]
             i += 2
         else:
             paths.append(argv[i])
@@ -77,6 +85,7 @@ def main(argv):
 
     ok = {}      # strategy -> ws -> [MB/s]
     hit = {}     # strategy -> ws -> [hit rate]
+    ratio = {}   # strategy -> ws -> [ratio to the raw MPI of its launch]
     failed = {}  # strategy -> smallest failed ws
     M = V = None
     ranks = None
@@ -97,6 +106,9 @@ def main(argv):
         if bw is None:
             continue
         ok.setdefault(s, {}).setdefault(ws, []).append(bw)
+        rt = num(r.get("ratio_vs_mpi"))
+        if rt is not None and s != "mpi-raw":
+            ratio.setdefault(s, {}).setdefault(ws, []).append(rt)
         h = num(r.get("hit_rate"))
         if h is not None and s != "mpi-raw":
             hit.setdefault(s, {}).setdefault(ws, []).append(h)
@@ -220,7 +232,49 @@ def main(argv):
     a("</svg>")
     with open(out, "w") as f:
         f.write("\n".join(o) + "\n")
+    if table:
+        write_table(table, strategies, ok, ratio, hit, failed, M, V)
     print("plot_fig3: wrote %s (%d strategies, %d rows)" % (out, len(strategies), len(rows)))
+
+
+def write_table(path, strategies, ok, ratio, hit, failed, M, V):
+    """Markdown: one row per working set; per strategy "MB/s (ratio) hit%"."""
+    cols = [s for s in strategies if s != "mpi-raw"]
+    all_ws = sorted({ws for d in ok.values() for ws in d} | set(failed.values()))
+    runs = max([len(v) for s, d in ok.items() if s != "mpi-raw" for v in d.values()] + [0])
+    lines = ["| working set | raw MPI MB/s | " + " | ".join(cols) + " |",
+             "|---|---|" + "---|" * len(cols)]
+    for ws in all_ws:
+        mark = ""
+        if M and abs(ws - M) < 1:
+            mark = " (= M)"
+        elif M and V and abs(ws - M - V) < 1:
+            mark = " (= M+MAXVICTIM)"
+        cells = ["%g MiB%s" % (ws / 2**20, mark)]
+        base = ok.get("mpi-raw", {}).get(ws)
+        cells.append("{:,.0f}".format(statistics.median(base)) if base else "")
+        for s in cols:
+            if s in failed and ws >= failed[s]:
+                cells.append("failed (NO_RESOURCE)" if ws == failed[s] else "-")
+                continue
+            v = ok.get(s, {}).get(ws)
+            if not v:
+                cells.append("")
+                continue
+            c = "{:,.0f}".format(statistics.median(v))
+            rt = ratio.get(s, {}).get(ws)
+            if rt:
+                c += " (%.2f)" % statistics.median(rt)
+            h = hit.get(s, {}).get(ws)
+            if h:
+                c += " %.2f%%" % (100 * statistics.median(h))
+            cells.append(c)
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("Cells: aggregate MB/s at rank 0 (median over %d launch(es)), (ratio to raw MPI in the same "
+                 "launch), hit rate." % runs)
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

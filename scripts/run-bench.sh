@@ -13,17 +13,23 @@
 # A missed target does not fail the run (it is a measurement); a benchmark that
 # crashes or hangs (timeout $BENCH_TIMEOUT s, default 300) does.
 #
-# bench_firehose (issue 3) is not part of that loop: it runs once (not $BENCH_RUNS
-# times; about 3-5 minutes in all) with its own modes, results in <outdir>/firehose/:
+# bench_firehose (issue 3) is not part of that loop: it runs $FH_BENCH_RUNS times
+# (default 3; about 1.5-2.5 minutes in all) with its own modes, results in
+# <outdir>/firehose/run<i>/ and, merged over the runs (plus a "run" column), in
+# <outdir>/firehose/:
 #   sweep  seed 000 Fig. 3, once per FH_REGISTRATION strategy, on $FH_BENCH_NP ranks
-#          (default 3: rank 0 is the target, 2 initiators), with
+#          (default 2: rank 0 is the target, rank 1 the initiator; 3 = two initiators,
+#          but then 3 busy ranks share 2 cores), with
 #          FH_FIREHOSE_M=$FH_BENCH_M (32M) and FH_FIREHOSE_MAXVICTIM_M=$FH_BENCH_MAXVICTIM
-#          (8M) -> fh_sweep_<strategy>.csv, merged fh_sweep.csv, and the figure
-#          ($BENCH_FIG, default <outdir>/firehose/fig3.svg) from scripts/plot_fig3.py
+#          (8M; FH_FIREHOSE_MAXVICTIM_R=$FH_BENCH_MAXVICTIM_R, 8 regions) ->
+#          fh_sweep_<strategy>.csv, merged fh_sweep.csv, the figure ($BENCH_FIG,
+#          default <outdir>/firehose/fig3.svg) and sweep_summary.md (medians) from
+#          scripts/plot_fig3.py
 #   hit    8-byte put/get through a hot firehose vs MPI on the same memory (2 ranks)
 #   miss   miss cost vs AM round trip + pin, once per pinning unit in
 #          $FH_BENCH_MISS_UNITS (default "region:1M region:64K page"), 2 ranks
-# BENCH_FIREHOSE=0 skips it.
+# BENCH_FIREHOSE=0 skips it, BENCH_FIREHOSE=only runs nothing else. Its 8-byte hit
+# and miss ratios join summary.txt and headline.txt.
 set -u
 bindir=${1:?usage: run-bench.sh <bindir> <outdir>}
 outdir=${2:?usage: run-bench.sh <bindir> <outdir>}
@@ -36,15 +42,17 @@ outdir=$(cd "$outdir" && pwd)
 benches=()
 for b in "$bindir"/bench_*; do
   # bench_firehose takes a mode argument and runs in its own section below.
+  [ "${BENCH_FIREHOSE:-1}" = only ] && break
   [ -x "$b" ] && [ "$(basename "$b")" != bench_firehose ] && benches+=("$b")
 done
-[ ${#benches[@]} -gt 0 ] || { echo "run-bench: no bench_* programs in $bindir" >&2; exit 1; }
+[ ${#benches[@]} -gt 0 ] || [ -x "$bindir/bench_firehose" ] || { echo "run-bench: no bench_* programs in $bindir" >&2; exit 1; }
 
 echo "firehose benchmarks: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(nproc) cores, load average$(uptime | sed 's/.*load average//')"
-echo "launcher: $MPIEXEC -np 2; $RUNS runs of: $(for b in "${benches[@]}"; do printf '%s ' "$(basename "$b")"; done)"
+[ ${#benches[@]} -gt 0 ] && echo "launcher: $MPIEXEC -np 2; $RUNS runs of: $(for b in "${benches[@]}"; do printf '%s ' "$(basename "$b")"; done)"
 echo "results: $outdir"
 fail=0
 : >"$outdir/load.txt"
+[ ${#benches[@]} -gt 0 ] || RUNS=0 # BENCH_FIREHOSE=only
 for ((i = 1; i <= RUNS; i++)); do
   rdir=$outdir/run$i
   mkdir -p "$rdir"
@@ -90,59 +98,77 @@ fh_bin=$bindir/bench_firehose
 fdir=$outdir/firehose
 if [ -x "$fh_bin" ] && [ "${BENCH_FIREHOSE:-1}" != 0 ]; then
   here=$(cd "$(dirname "$0")" && pwd)
-  np=${FH_BENCH_NP:-3}
-  fh_env=(FH_FIREHOSE_M="${FH_BENCH_M:-32M}" FH_FIREHOSE_MAXVICTIM_M="${FH_BENCH_MAXVICTIM:-8M}")
+  np=${FH_BENCH_NP:-2}
+  fruns=${FH_BENCH_RUNS:-3}
+  # M = 32 MiB in 1 MiB regions (32 units), MAXVICTIM = 8 MiB (8 units; region mode
+  # counts it in regions): 40 attachments, under Open MPI's 64 per dynamic window.
+  fh_env=(FH_FIREHOSE_M="${FH_BENCH_M:-32M}" FH_FIREHOSE_MAXVICTIM_M="${FH_BENCH_MAXVICTIM:-8M}"
+          FH_FIREHOSE_MAXVICTIM_R="${FH_BENCH_MAXVICTIM_R:-8}")
   rm -rf "$fdir"
   mkdir -p "$fdir"
   fh_start=$(date +%s)
-  fh_run() { # label args... (output to $fdir/<label>.txt, echoed)
-    local label=$1 rc
-    shift
-    echo; echo "################ bench_firehose $label  [$*]"
-    # shellcheck disable=SC2086 # MPIEXEC holds a command and its flags
-    timeout "$TIMEOUT" env "${fh_env[@]}" "$@" > >(tee "$fdir/$label.txt") 2> >(tee "$fdir/$label.err" >&2)
+  fh_run() { # run label outdir args... (report in <outdir>/<label>.txt; run 1 also printed)
+    local run=$1 label=$2 dir=$3 rc
+    shift 3
+    mkdir -p "$dir"
+    if [ "$run" = 1 ]; then
+      echo; echo "################ bench_firehose $label (run 1 of $fruns)  [$*]"
+      timeout "$TIMEOUT" env "${fh_env[@]}" "$@" > >(tee "$dir/$label.txt") 2> >(tee "$dir/$label.err" >&2)
+    else
+      timeout "$TIMEOUT" env "${fh_env[@]}" "$@" >"$dir/$label.txt" 2>"$dir/$label.err"
+    fi
     rc=$?
     if [ "$rc" != 0 ]; then
-      echo "FAIL: bench_firehose $label exited with status $rc" >&2
-      tail -20 "$fdir/$label.err" >&2
+      echo "FAIL: bench_firehose $label (run $run) exited with status $rc" >&2
+      tail -20 "$dir/$label.err" >&2
       fail=$((fail+1))
+    else
+      [ "$run" = 1 ] || echo "run $run: bench_firehose $label ok (loadavg $(cut -d' ' -f1 /proc/loadavg))"
     fi
   }
-  for strat in firehose rendezvous-unpin rendezvous-keep pin-everything; do
+  for ((i = 1; i <= fruns; i++)); do
+    rdir=$fdir/run$i
+    echo "firehose run $i: loadavg $(cut -d' ' -f1-4 /proc/loadavg) at start" >>"$outdir/load.txt"
+    for strat in firehose rendezvous-unpin rendezvous-keep pin-everything; do
+      # shellcheck disable=SC2086 # MPIEXEC holds a command and its flags
+      fh_run "$i" "sweep_$strat" "$rdir" FH_REGISTRATION="$strat" $MPIEXEC -np "$np" "$fh_bin" sweep "$rdir"
+    done
     # shellcheck disable=SC2086
-    fh_run "sweep_$strat" FH_REGISTRATION="$strat" $MPIEXEC -np "$np" "$fh_bin" sweep "$fdir"
+    fh_run "$i" hit "$rdir" FH_REGISTRATION=firehose $MPIEXEC -np 2 "$fh_bin" hit "$rdir"
+    for u in ${FH_BENCH_MISS_UNITS:-region:1M region:64K page}; do
+      mode=${u%%:*}; size=${u#*:}; [ "$size" = "$u" ] && size=
+      label=miss_${mode}${size:+_$size}
+      # shellcheck disable=SC2086
+      fh_run "$i" "$label" "$rdir/$label" FH_REGISTRATION=firehose FH_FIREHOSE_MODE="$mode" \
+        ${size:+FH_FIREHOSE_MAXREGION_SIZE=$size} $MPIEXEC -np 2 "$fh_bin" miss "$rdir/$label"
+    done
   done
-  sweeps=("$fdir"/fh_sweep_*.csv)
-  if [ -f "${sweeps[0]}" ]; then
-    head -1 "${sweeps[0]}" >"$fdir/fh_sweep.csv"
-    for f in "${sweeps[@]}"; do tail -n +2 "$f" >>"$fdir/fh_sweep.csv"; done
-    python3 "$here/plot_fig3.py" -o "${BENCH_FIG:-$fdir/fig3.svg}" "$fdir/fh_sweep.csv" || fail=$((fail+1))
+  # Merge over runs (and miss units): the program's columns plus "run".
+  fh_merge() { # out files...
+    local out=$1 f r
+    shift
+    rm -f "$out"
+    for f in "$@"; do
+      [ -f "$f" ] || continue
+      r=${f#"$fdir"/run}; r=${r%%/*}
+      [ -f "$out" ] || echo "$(head -1 "$f"),run" >"$out"
+      tail -n +2 "$f" | sed "s/\$/,$r/" >>"$out"
+    done
+  }
+  fh_merge "$fdir/fh_sweep.csv" "$fdir"/run*/fh_sweep_*.csv
+  fh_merge "$fdir/bench_firehose_hit.csv" "$fdir"/run*/bench_firehose_hit.csv
+  fh_merge "$fdir/bench_firehose_miss.csv" "$fdir"/run*/miss_*/bench_firehose_miss.csv
+  fh_merge "$fdir/bench_firehose_miss_parts.csv" "$fdir"/run*/miss_*/bench_firehose_miss_parts.csv
+  if [ -f "$fdir/fh_sweep.csv" ]; then
+    python3 "$here/plot_fig3.py" -o "${BENCH_FIG:-$fdir/fig3.svg}" --table "$fdir/sweep_summary.md" \
+      "$fdir/fh_sweep.csv" || fail=$((fail+1))
   fi
-  # shellcheck disable=SC2086
-  fh_run hit FH_REGISTRATION=firehose $MPIEXEC -np 2 "$fh_bin" hit "$fdir"
-  for u in ${FH_BENCH_MISS_UNITS:-region:1M region:64K page}; do
-    mode=${u%%:*}; size=${u#*:}; [ "$size" = "$u" ] && size=
-    mdir=$fdir/miss_${mode}${size:+_$size}
-    mkdir -p "$mdir"
-    # shellcheck disable=SC2086
-    fh_run "miss_${mode}${size:+_$size}" FH_REGISTRATION=firehose FH_FIREHOSE_MODE="$mode" \
-      ${size:+FH_FIREHOSE_MAXREGION_SIZE=$size} $MPIEXEC -np 2 "$fh_bin" miss "$mdir"
-  done
-  # Merge the miss results over the units.
-  rm -f "$fdir/bench_firehose_miss.csv" "$fdir/bench_firehose_miss_parts.csv"
-  for f in "$fdir"/miss_*/bench_firehose_miss.csv; do
-    [ -f "$f" ] || continue
-    [ -f "$fdir/bench_firehose_miss.csv" ] || head -1 "$f" >"$fdir/bench_firehose_miss.csv"
-    tail -n +2 "$f" >>"$fdir/bench_firehose_miss.csv"
-    p=${f%/*}/bench_firehose_miss_parts.csv
-    [ -f "$fdir/bench_firehose_miss_parts.csv" ] || head -1 "$p" >"$fdir/bench_firehose_miss_parts.csv"
-    tail -n +2 "$p" >>"$fdir/bench_firehose_miss_parts.csv"
-  done
   {
-    echo "firehose sweep (Fig. 3): strategy, working set, MB/s, ratio to raw MPI, hit rate, status"
-    awk -F, 'FNR > 1 && $1 != "mpi-raw" { printf "  %-17s %8.3g MiB %9s MB/s  ratio %-6s hit %-8s %s\n", $1, $2 / 1048576, $3, $6, $4, $5 }' \
-      "$fdir/fh_sweep.csv" 2>/dev/null
-    echo "firehose miss parts:"; column -s, -t "$fdir/bench_firehose_miss_parts.csv" 2>/dev/null | sed 's/^/  /'
+    echo "firehose sweep (seed 000 Fig. 3), medians over $fruns runs:"
+    cat "$fdir/sweep_summary.md" 2>/dev/null
+    echo
+    echo "firehose miss components (every run):"
+    column -s, -t "$fdir/bench_firehose_miss_parts.csv" 2>/dev/null | sed 's/^/  /'
   } >"$fdir/summary.txt"
   echo; cat "$fdir/summary.txt"
   echo "bench_firehose: $(( $(date +%s) - fh_start )) s in all"
@@ -183,12 +209,14 @@ if [ ${#csvs[@]} -gt 0 ]; then
   summarise "${csvs[@]}" >"$outdir/summary.txt"
   {
     echo
-    echo "################ headline ratios (firehose time / raw MPI time, median over $RUNS runs; lower is better)"
-    target "$outdir/summary.txt" put_registered 8 1.10 "8 B fh_put (registered) vs MPI_Put+flush"
-    target "$outdir/summary.txt" put_heap 8 1.10 "8 B fh_put (heap) vs MPI_Put+flush"
-    target "$outdir/summary.txt" get_registered 8 1.10 "8 B fh_get (registered) vs MPI_Get+flush"
-    target "$outdir/summary.txt" get_heap 8 1.10 "8 B fh_get (heap) vs MPI_Get+flush"
-    target "$outdir/summary.txt" am_short_rtt 8 1.3 "AM short round trip vs MPI_Send/Recv"
+    echo "################ headline ratios (firehose time / raw MPI time, median over the runs: $RUNS per generic benchmark, ${fruns:-0} of bench_firehose; lower is better)"
+    if [ ${#benches[@]} -gt 0 ]; then
+      target "$outdir/summary.txt" put_registered 8 1.10 "8 B fh_put (registered) vs MPI_Put+flush"
+      target "$outdir/summary.txt" put_heap 8 1.10 "8 B fh_put (heap) vs MPI_Put+flush"
+      target "$outdir/summary.txt" get_registered 8 1.10 "8 B fh_get (registered) vs MPI_Get+flush"
+      target "$outdir/summary.txt" get_heap 8 1.10 "8 B fh_get (heap) vs MPI_Get+flush"
+      target "$outdir/summary.txt" am_short_rtt 8 1.3 "AM short round trip vs MPI_Send/Recv"
+    fi
     target "$outdir/summary.txt" put_hit_malloc 8 1.10 "8 B fh_put firehose hit vs MPI_Put+flush"
     target "$outdir/summary.txt" get_hit_malloc 8 1.10 "8 B fh_get firehose hit vs MPI_Get+flush"
     for u in 1048576 65536 4096; do
@@ -197,7 +225,7 @@ if [ ${#csvs[@]} -gt 0 ]; then
     done
   } >"$outdir/headline.txt"
   echo
-  echo "################ medians over $RUNS runs (all rows: $outdir/summary.txt)"
+  echo "################ medians over the runs (all rows: $outdir/summary.txt)"
   cat "$outdir/summary.txt"
   cat "$outdir/headline.txt"
 fi

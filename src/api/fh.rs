@@ -811,10 +811,29 @@ impl CtxInner {
             .ok_or_else(|| err!(InvalidArg, "[{:#x}, +{}) wraps around", addr, len))
     }
 
+    /// A pin of memory that needs none (library heap, registered regions: they act
+    /// as prepinned): it holds no references.
+    fn prepinned_pin(&self, rank: Option<usize>, addr: usize, len: usize) -> Box<PinObj> {
+        Box::new(PinObj {
+            magic: PIN_MAGIC,
+            start: addr,
+            len,
+            rank,
+            pins: OpPins {
+                rank: rank.unwrap_or(self.rank),
+                remote: vec![],
+                local: vec![],
+            },
+        })
+    }
+
     /// `fh_local_pin` and its try/partial forms.
     pub fn local_pin(&self, addr: usize, len: usize, how: PinHow) -> Result<Box<PinObj>> {
         self.check_live()?;
         let end = self.check_range(addr, len)?;
+        if self.plain_access(self.rank, addr, len).is_some() {
+            return Ok(self.prepinned_pin(None, addr, len));
+        }
         let fh = &self.fh;
         let (s, e, held) = match how {
             PinHow::Blocking => {
@@ -873,6 +892,10 @@ impl CtxInner {
         if rank == self.rank {
             bail!(InvalidArg, "rank {} is this rank: use fh_local_pin", rank);
         }
+        if self.plain_access(rank, addr, len).is_some() {
+            self.count(&self.fh.stats.try_hits, 1);
+            return Ok(self.prepinned_pin(Some(rank), addr, len));
+        }
         let fh = &self.fh;
         let r = fh.peers[rank].lock().partial(addr, end, !partial);
         match r {
@@ -930,6 +953,9 @@ impl CtxInner {
         if rank == self.rank {
             bail!(InvalidArg, "rank {} is this rank: use fh_local_pin", rank);
         }
+        if self.plain_access(rank, addr, len).is_some() {
+            return Ok(self.prepinned_pin(Some(rank), addr, len));
+        }
         self.check_remote_pin_size(addr, len)?;
         match self.fh_acquire_remote(rank, addr, len, None)? {
             Grant::Pins(pins) => Ok(Box::new(PinObj {
@@ -957,6 +983,9 @@ impl CtxInner {
         self.check_range(addr, len)?;
         if rank == self.rank {
             bail!(InvalidArg, "rank {} is this rank: use fh_local_pin", rank);
+        }
+        if self.plain_access(rank, addr, len).is_some() {
+            return Ok(Some(self.prepinned_pin(Some(rank), addr, len)));
         }
         self.check_remote_pin_size(addr, len)?;
         let mut pp = PendingPin {
