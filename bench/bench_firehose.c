@@ -4,29 +4,33 @@
  * Usage: bench_firehose <mode> <outdir>      modes:
  *
  *  sweep  Seed 000 Fig. 3. Rank 0 is the target; every other rank does random 64 KiB
- *         fh_put into rank 0's plain malloc'd memory. The working set (the part of
+ *         puts into rank 0's plain malloc'd memory. The working set (the part of
  *         rank 0's buffer the random offsets fall in) is swept from M/8 to 4 M; it is
- *         split evenly between the initiators (initiator i draws from its own slice;
- *         rank 0's malloc'd buffer is used from its first unit-aligned address),
- *         so each initiator's firehoses (f = M / (ranks - 1) per peer) cover its slice
- *         exactly while the working set is <= M. The strategy is the one the library
- *         reads from FH_REGISTRATION (one strategy per launch). Per point: a warm-up
- *         pass puts once to every 64 KiB chunk of the slice (not timed), then
- *         batches of 16 random fh_put alternate with batches of 16 random
- *         MPI_Put + MPI_Win_flush of 64 KiB to an MPI_Win_create window over rank 0's
- *         whole buffer (the "pin-everything ideal"), rotating which goes first.
- *         Bandwidth = bytes / time measured by each initiator, summed over the
- *         initiators (aggregate at rank 0). With one initiator (2 ranks) the CSV's
- *         bandwidth_MBps is 64 KiB / the median per-put time of the batches and
- *         bandwidth_alt_MBps is all bytes / all time (which also charges every
- *         preemption). With several initiators the two swap: busy ranks beyond the
- *         core count do not all run at once, so a sum of per-initiator medians would
- *         overstate the aggregate. Column "method" says which (median-batch |
- *         bytes/time). Hit rate = hits / (hits + misses) from fh_stats over the
- *         timed puts. A strategy that returns FH_ERR_NO_RESOURCE records the point as
- *         "failed (NO_RESOURCE)" and stops its sweep.
- *         Each point ends with a data check (fh_put + fh_get of a pattern, and rank 0
- *         compares its memory). CSV: <outdir>/fh_sweep_<strategy>.csv.
+ *         split evenly between the initiators (initiator i draws from its own slice),
+ *         so each initiator's f = M / (ranks - 1) firehoses cover its slice exactly
+ *         while the working set is <= M. All strategies run in the same launch: one
+ *         context per strategy of BENCH_STRATEGIES (default firehose,
+ *         rendezvous-unpin, rendezvous-keep, pin-everything; FH_REGISTRATION is set
+ *         before each fh_init), each with its own target buffer (mlock is not
+ *         reference counted, so variants must not share pages), plus raw MPI:
+ *         MPI_Put + MPI_Win_flush to an MPI_Win_create window over a fifth buffer
+ *         (the "pin-everything ideal"). Buffers are used from their first address
+ *         aligned to the pinning unit. Per working set: a warm-up pass puts once to
+ *         every 64 KiB chunk of the slice (not timed), then batches of 16 random puts
+ *         of every variant alternate, rotating the order, for BENCH_SWEEP_SECONDS or
+ *         BENCH_SWEEP_PUTS per variant. Bandwidth = bytes / time measured by each
+ *         initiator, summed over the initiators (aggregate at rank 0). With one
+ *         initiator (2 ranks) the CSV's bandwidth_MBps is 64 KiB / the median
+ *         per-put time of the batches and bandwidth_alt_MBps is all bytes / all time
+ *         (which also charges every preemption). With several initiators the two
+ *         swap: busy ranks beyond the core count do not all run at once, so a sum of
+ *         per-initiator medians would overstate the aggregate. Column "method" says
+ *         which (median-batch | bytes/time). Hit rate = hits / (hits + misses) from
+ *         fh_stats over the timed puts. A strategy that returns FH_ERR_NO_RESOURCE
+ *         records the point as "failed (NO_RESOURCE)" and leaves the sweep; the
+ *         others go on. Each point ends with a data check per strategy (fh_put +
+ *         fh_get of a pattern, and rank 0 compares its memory).
+ *         CSV: <outdir>/fh_sweep.csv.
  *  hit    8-byte fh_put / fh_get from rank 0 to a hot firehose on rank 1's plain
  *         malloc'd memory vs MPI_Put / MPI_Get + MPI_Win_flush on an
  *         MPI_Win_create_dynamic window where rank 1 attached that same memory.
@@ -46,8 +50,9 @@
  *         CSV: <outdir>/bench_firehose_miss.csv (bench.h columns, fh = miss,
  *         baseline = AM RTT + pin) and bench_firehose_miss_parts.csv (components).
  *
- * Env: BENCH_SWEEP_PUTS (max timed puts per point and initiator, default 16384),
- * BENCH_SWEEP_SECONDS (max fh time per point and initiator, default 1.0),
+ * Env: BENCH_STRATEGIES (sweep), BENCH_SWEEP_PUTS (max timed puts per point, variant
+ * and initiator, default 16384), BENCH_SWEEP_SECONDS (time per point, default 2.0),
+ * BENCH_MISS_ROUNDS (miss: rounds of 8 ops per variant, default 150),
  * FH_FIREHOSE_M / FH_FIREHOSE_MAXVICTIM_M are read here too, to place the sweep
  * points (fallback: derived from fh_stats_t).
  *
@@ -63,14 +68,30 @@
 
 static fh_ctx_t *ctx;
 static int nranks;
+/* sweep: one more context per strategy; every wait polls them all. */
+#define MAXSTRAT 8
+static fh_ctx_t *xctx[MAXSTRAT];
+static int nx;
 
 /* ------------------------------------------------------------------ helpers */
+static void poll_all(void) {
+  FHB(fh_poll(ctx));
+  for (int i = 0; i < nx; i++) FHB(fh_poll(xctx[i]));
+}
+
 static void pwait(MPI_Request *r) {
   int done = 0;
   while (!done) {
-    FHB(fh_poll(ctx));
+    poll_all();
     MPIB(MPI_Test(r, &done, MPI_STATUS_IGNORE));
   }
+}
+
+/* A barrier that keeps serving every context's AMs. */
+static void pbarrier(void) {
+  MPI_Request r;
+  MPIB(MPI_Ibarrier(MPI_COMM_WORLD, &r));
+  pwait(&r);
 }
 
 static size_t parse_size(const char *s) {
@@ -94,13 +115,14 @@ static inline uint64_t rng_next(uint64_t *s) {
   return x * 2685821657736338717ULL;
 }
 
-static fh_stats_t stats_now(void) {
+static fh_stats_t stats_of(fh_ctx_t *c) {
   fh_stats_t st;
   memset(&st, 0, sizeof st);
   st.struct_size = sizeof st;
-  FHB(fh_stats_get(ctx, &st));
+  FHB(fh_stats_get(c, &st));
   return st;
 }
+static fh_stats_t stats_now(void) { return stats_of(ctx); }
 
 /* Percentile q (0..1) of samples sorted by samples_median. */
 static double pct(const samples_t *s, double q) {
@@ -121,34 +143,54 @@ static void *xmalloc(size_t n) {
 }
 
 /* Print the library's firehose settings as the stats report them. */
-static void print_settings(const char *mode, const fh_stats_t *st) {
+static void print_settings(const char *mode, const char *strategy, const fh_stats_t *st) {
   char b1[32], b2[32];
   printf("== bench_firehose %s: %d ranks, FH_REGISTRATION=%s, firehose mode %s, unit %s, limit_bytes (M+MAXVICTIM) %s,"
          " f = %llu firehoses per peer\n",
-         mode, nranks, getenv("FH_REGISTRATION") ? getenv("FH_REGISTRATION") : "(unset: firehose)",
+         mode, nranks, strategy ? strategy : getenv("FH_REGISTRATION") ? getenv("FH_REGISTRATION") : "(unset: firehose)",
          st->mode == 0 ? "page" : st->mode == 1 ? "region" : "?", mib(st->unit_bytes, b1, sizeof b1),
          mib(st->limit_bytes, b2, sizeof b2), (unsigned long long)st->firehoses_per_peer);
 }
 
 /* ==================================================================== sweep */
-/* Per initiator and point, gathered to rank 0. */
-enum { R_FH_BYTES, R_FH_TIME, R_MPI_BYTES, R_MPI_TIME, R_HITS, R_MISSES, R_FAILED, R_PUTS, R_CHECK_OFF, R_CHECK_SEED,
-       R_FH_BATCH_MED, R_MPI_BATCH_MED, NR };
+/* Per initiator, variant (strategy or MPI) and point, gathered to rank 0. */
+enum { R_FH_BYTES, R_FH_TIME, R_HITS, R_MISSES, R_FAILED, R_PUTS, R_CHECK_OFF, R_CHECK_SEED, R_BATCH_MED, NR };
 
 static int run_sweep(const char *outdir) {
-  const char *strategy = getenv("FH_REGISTRATION");
-  if (!strategy || !*strategy) strategy = "firehose";
   if (nranks < 2) BENCH_DIE("sweep needs at least 2 ranks");
   const int ninit = nranks - 1;
-  fh_stats_t st0 = stats_now();
-  size_t limit = st0.limit_bytes;
+  /* The strategies, one context each (FH_REGISTRATION is read at fh_init). */
+  char slist[256];
+  snprintf(slist, sizeof slist, "%s",
+           getenv("BENCH_STRATEGIES") ? getenv("BENCH_STRATEGIES")
+                                      : "firehose,rendezvous-unpin,rendezvous-keep,pin-everything");
+  const char *sname[MAXSTRAT];
+  int ns = 0;
+  for (char *save = NULL, *t = strtok_r(slist, ",", &save); t && ns < MAXSTRAT; t = strtok_r(NULL, ",", &save))
+    sname[ns++] = t;
+  if (ns == 0) BENCH_DIE("BENCH_STRATEGIES is empty");
+  const char *old = getenv("FH_REGISTRATION");
+  char *saved = old ? strdup(old) : NULL;
+  for (int k = 0; k < ns; k++) {
+    if (setenv("FH_REGISTRATION", sname[k], 1) != 0) BENCH_DIE("setenv");
+    FHB(fh_init(MPI_COMM_WORLD, NULL, &xctx[k]));
+    nx = k + 1;
+  }
+  if (saved) setenv("FH_REGISTRATION", saved, 1);
+  else unsetenv("FH_REGISTRATION");
+  free(saved);
+  pbarrier();
+
+  fh_stats_t st0[MAXSTRAT];
+  for (int k = 0; k < ns; k++) st0[k] = stats_of(xctx[k]);
+  const size_t limit = st0[0].limit_bytes;
   size_t M = parse_size(getenv("FH_FIREHOSE_M"));
   size_t V = parse_size(getenv("FH_FIREHOSE_MAXVICTIM_M"));
-  if (M == 0 || M > limit) M = (size_t)(st0.firehoses_per_peer * st0.unit_bytes) * (size_t)ninit;
+  if (M == 0 || M > limit) M = (size_t)(st0[0].firehoses_per_peer * st0[0].unit_bytes) * (size_t)ninit;
   if (M == 0 || M > limit) M = limit;
   if (V == 0 || M + V != limit) V = limit > M ? limit - M : 0;
   const int maxputs = getenv("BENCH_SWEEP_PUTS") ? atoi(getenv("BENCH_SWEEP_PUTS")) : 16384;
-  const double maxsec = getenv("BENCH_SWEEP_SECONDS") ? atof(getenv("BENCH_SWEEP_SECONDS")) : 1.0;
+  const double maxsec = getenv("BENCH_SWEEP_SECONDS") ? atof(getenv("BENCH_SWEEP_SECONDS")) : 2.0;
 
   /* Working-set points: M/8 .. 4M, plus M + MAXVICTIM; each a multiple of
    * CHUNK * initiators so every initiator gets a whole number of chunks. */
@@ -168,23 +210,29 @@ static int run_sweep(const char *outdir) {
     for (int j = i; j > 0 && pts[j - 1] > pts[j]; j--) { size_t t = pts[j]; pts[j] = pts[j - 1]; pts[j - 1] = t; }
   const size_t bufsz = pts[npts - 1];
 
-  /* Rank 0: the target buffer, plain malloc, aligned to 64 KiB inside. */
-  unsigned char *raw = NULL, *tbuf = NULL;
-  /* Aligned to the pinning unit (at least 64 KiB), so that a slice of f units is
-   * exactly f firehoses: the knee then sits at M and not one unit earlier. */
-  const size_t align = st0.unit_bytes > CHUNK ? (size_t)st0.unit_bytes : CHUNK;
-  if (bench_rank == 0) {
-    raw = xmalloc(bufsz + align);
-    tbuf = (unsigned char *)(((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1));
-    memset(tbuf, 0, bufsz); /* fault the pages in */
-  }
-  uint64_t tbase = (uint64_t)(uintptr_t)tbuf;
-  MPIB(MPI_Bcast(&tbase, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
+  /* Rank 0: one target buffer per strategy and one for MPI (so no two variants
+   * share pages: mlock is not reference counted), plain malloc, used from the first
+   * address aligned to the pinning unit (at least 64 KiB), so that a slice of f
+   * units is exactly f firehoses and the knee sits at M, not one unit earlier. */
+  const int nv = ns + 1, VMPI = ns; /* variants: strategies, then MPI */
+  size_t align = CHUNK;
+  for (int k = 0; k < ns; k++)
+    if (st0[k].unit_bytes > align) align = st0[k].unit_bytes;
+  unsigned char *raw[MAXSTRAT + 1] = {0}, *tbuf[MAXSTRAT + 1] = {0};
+  uint64_t tbase[MAXSTRAT + 1] = {0};
+  if (bench_rank == 0)
+    for (int v = 0; v < nv; v++) {
+      raw[v] = xmalloc(bufsz + align);
+      tbuf[v] = (unsigned char *)(((uintptr_t)raw[v] + align - 1) & ~(uintptr_t)(align - 1));
+      memset(tbuf[v], 0, bufsz); /* fault the pages in */
+      tbase[v] = (uint64_t)(uintptr_t)tbuf[v];
+    }
+  MPIB(MPI_Bcast(tbase, nv, MPI_UINT64_T, 0, MPI_COMM_WORLD));
   MPI_Win win;
-  MPIB(MPI_Win_create(bench_rank == 0 ? tbuf : NULL, bench_rank == 0 ? (MPI_Aint)bufsz : 0, 1, MPI_INFO_NULL,
+  MPIB(MPI_Win_create(bench_rank == 0 ? tbuf[VMPI] : NULL, bench_rank == 0 ? (MPI_Aint)bufsz : 0, 1, MPI_INFO_NULL,
                       MPI_COMM_WORLD, &win));
   MPIB(MPI_Win_lock_all(MPI_MODE_NOCHECK, win));
-  unsigned char *src = xmalloc(CHUNK), *chk = xmalloc(CHUNK);
+  unsigned char *src = xmalloc(CHUNK), *chk = xmalloc(CHUNK), *want = xmalloc(CHUNK);
   bench_fill(src, CHUNK, (unsigned)bench_rank * 31u);
 
   FILE *csv = NULL;
@@ -192,199 +240,205 @@ static int run_sweep(const char *outdir) {
   if (bench_rank == 0) {
     char path[4096];
     if (mkdir(outdir, 0755) != 0 && errno != EEXIST) BENCH_DIE("cannot create %s: %s", outdir, strerror(errno));
-    snprintf(path, sizeof path, "%s/fh_sweep_%s.csv", outdir, strategy);
+    snprintf(path, sizeof path, "%s/fh_sweep.csv", outdir);
     csv = fopen(path, "w");
     if (!csv) BENCH_DIE("cannot open %s: %s", path, strerror(errno));
     fprintf(csv, "strategy,working_set_bytes,bandwidth_MBps,hit_rate,status,ratio_vs_mpi,launch,puts,hits,misses,"
                  "us_per_put_median,bandwidth_alt_MBps,ratio_alt_vs_mpi,bytes_pinned_peak,M_bytes,maxvictim_bytes,"
                  "limit_bytes,unit_bytes,ranks,method\n");
-    print_settings("sweep", &st0);
-    printf("== sweep: random %zu KiB fh_put from %d initiator(s) into rank 0's malloc'd memory; M = %s, MAXVICTIM = %s"
-           " (M from %s); up to %d timed puts or %.1f s per point and initiator\n",
+    for (int k = 0; k < ns; k++) print_settings("sweep", sname[k], &st0[k]);
+    printf("== sweep: random %zu KiB puts from %d initiator(s) into rank 0's malloc'd memory (one buffer per variant);\n"
+           "   M = %s, MAXVICTIM = %s (M from %s); at each working set, batches of %d puts of every strategy and of\n"
+           "   raw MPI alternate (rotating order) for up to %.1f s or %d puts per variant and initiator.\n",
            CHUNK >> 10, ninit, mib(M, b1, sizeof b1), mib(V, b2, sizeof b2),
-           getenv("FH_FIREHOSE_M") ? "FH_FIREHOSE_M" : "fh_stats_t", maxputs, maxsec);
-    printf("   baseline: MPI_Put + MPI_Win_flush of %zu KiB to an MPI_Win_create window over the whole buffer\n"
-           "   (pin-everything ideal), batches of %d interleaved with firehose's. MB/s = 10^6 B/s, aggregate.\n",
-           CHUNK >> 10, BATCH);
-    printf("%-16s %12s %10s %10s %6s %9s %8s %10s %s\n", "strategy", "working set", "fh MB/s", "MPI MB/s", "ratio",
+           getenv("FH_FIREHOSE_M") ? "FH_FIREHOSE_M" : "fh_stats_t", BATCH, maxsec, maxputs);
+    printf("   raw MPI: MPI_Put + MPI_Win_flush of %zu KiB to an MPI_Win_create window over a whole buffer\n"
+           "   (the pin-everything ideal). MB/s = 10^6 B/s, aggregate at rank 0, %s.\n", CHUNK >> 10,
+           ninit > 1 ? "bytes / time summed over the initiators" : "64 KiB / median per-put time of the batches");
+    printf("%-16s %12s %10s %10s %6s %9s %8s %10s %s\n", "strategy", "working set", "MB/s", "MPI MB/s", "ratio",
            "hit rate", "misses", "pin peak", "status");
     fflush(stdout);
   }
-  bench_poll_barrier(ctx);
+  pbarrier();
 
+  int failed[MAXSTRAT] = {0}; /* failed at an earlier point: left out */
   uint64_t seed = 0x9e3779b97f4a7c15ULL ^ ((uint64_t)bench_rank << 32);
-  int stop = 0;
-  for (int p = 0; p < npts && !stop; p++) {
+  double r[MAXSTRAT + 1][NR];
+  double *all = bench_rank == 0 ? xmalloc(sizeof r * (size_t)nranks) : NULL;
+  samples_t smp[MAXSTRAT + 1];
+  for (int v = 0; v < nv; v++) samples_init(&smp[v], 1024);
+  for (int p = 0; p < npts; p++) {
     const size_t ws = pts[p];
     const size_t slice = ws / (size_t)ninit, nch = slice / CHUNK;
-    double r[NR];
+    const size_t my0 = bench_rank > 0 ? (size_t)(bench_rank - 1) * slice : 0;
+    int nowfail[MAXSTRAT] = {0}; /* failed at this point */
     memset(r, 0, sizeof r);
-    int failed = 0;
-    bench_progress("%s: working set %s (%zu chunks per initiator)", strategy, mib(ws, b1, sizeof b1), nch);
-    size_t my0 = bench_rank > 0 ? (size_t)(bench_rank - 1) * slice : 0;
-    char *rbase = (char *)(uintptr_t)tbase;
-    /* Warm-up: every chunk of my slice once (fh), a few MPI puts. */
+    bench_progress("working set %s (%zu chunks per initiator)", mib(ws, b1, sizeof b1), nch);
+    /* Warm-up: every chunk of my slice once per strategy, a few MPI puts. */
     if (bench_rank > 0) {
-      for (size_t c = 0; c < nch && !failed; c++) {
-        int rc = fh_put(ctx, 0, rbase + my0 + c * CHUNK, src, CHUNK);
-        if (rc == FH_ERR_NO_RESOURCE) failed = 1;
-        else if (rc != FH_OK) BENCH_DIE("warm-up fh_put -> %s", fh_strerror(rc));
-      }
+      for (int k = 0; k < ns; k++)
+        for (size_t c = 0; c < nch && !failed[k] && !nowfail[k]; c++) {
+          int rc = fh_put(xctx[k], 0, (char *)(uintptr_t)tbase[k] + my0 + c * CHUNK, src, CHUNK);
+          if (rc == FH_ERR_NO_RESOURCE) nowfail[k] = 1;
+          else if (rc != FH_OK) BENCH_DIE("%s: warm-up fh_put -> %s", sname[k], fh_strerror(rc));
+        }
       for (int i = 0; i < 8; i++) {
         MPIB(MPI_Put(src, (int)CHUNK, MPI_BYTE, 0, (MPI_Aint)(my0 + (size_t)i % nch * CHUNK), (int)CHUNK, MPI_BYTE, win));
         MPIB(MPI_Win_flush(0, win));
       }
     }
-    bench_poll_barrier(ctx);
-    FHB(fh_stats_reset(ctx));
-    bench_poll_barrier(ctx);
-    if (bench_rank > 0 && !failed) {
-      samples_t sf, sm;
-      samples_init(&sf, 256);
-      samples_init(&sm, 256);
-      uint64_t sfh = seed ^ ws, smpi = seed ^ ws ^ 0x5555;
-      for (int round = 0; !failed; round++) {
-        for (int k = 0; k < 2 && !failed; k++) {
-          int fh_side = (k + round) % 2 == 0;
+    pbarrier();
+    for (int k = 0; k < ns; k++) FHB(fh_stats_reset(xctx[k]));
+    pbarrier();
+    if (bench_rank > 0) {
+      uint64_t rs[MAXSTRAT + 1];
+      for (int v = 0; v < nv; v++) { rs[v] = seed ^ ws ^ ((uint64_t)v << 40); samples_reset(&smp[v]); }
+      double t_start = bench_now();
+      for (int round = 0;; round++) {
+        int busy = 0;
+        for (int j = 0; j < nv; j++) {
+          const int v = (j + round) % nv;
+          if (v < ns && (failed[v] || nowfail[v])) continue;
+          if (r[v][R_PUTS] >= maxputs) continue;
+          busy = 1;
           double t0 = bench_now();
           int done = 0;
           for (; done < BATCH; done++) {
-            if (fh_side) {
-              size_t off = my0 + rng_next(&sfh) % nch * CHUNK;
-              int rc = fh_put(ctx, 0, rbase + off, src, CHUNK);
-              if (rc == FH_ERR_NO_RESOURCE) { failed = 1; break; }
-              if (rc != FH_OK) BENCH_DIE("fh_put of %zu B at offset %zu -> %s", CHUNK, off, fh_strerror(rc));
+            const size_t off = my0 + rng_next(&rs[v]) % nch * CHUNK;
+            if (v < ns) {
+              int rc = fh_put(xctx[v], 0, (char *)(uintptr_t)tbase[v] + off, src, CHUNK);
+              if (rc == FH_ERR_NO_RESOURCE) { nowfail[v] = 1; break; }
+              if (rc != FH_OK) BENCH_DIE("%s: fh_put of %zu B at offset %zu -> %s", sname[v], CHUNK, off, fh_strerror(rc));
             } else {
-              size_t off = my0 + rng_next(&smpi) % nch * CHUNK;
               MPIB(MPI_Put(src, (int)CHUNK, MPI_BYTE, 0, (MPI_Aint)off, (int)CHUNK, MPI_BYTE, win));
               MPIB(MPI_Win_flush(0, win));
             }
           }
+          if (done < BATCH) continue; /* failed inside the batch */
           double dt = bench_now() - t0;
-          if (failed) break;
-          if (fh_side) { r[R_FH_BYTES] += (double)(BATCH * CHUNK); r[R_FH_TIME] += dt; r[R_PUTS] += BATCH; samples_add(&sf, dt / BATCH); }
-          else { r[R_MPI_BYTES] += (double)(BATCH * CHUNK); r[R_MPI_TIME] += dt; samples_add(&sm, dt / BATCH); }
+          r[v][R_FH_BYTES] += (double)(BATCH * CHUNK);
+          r[v][R_FH_TIME] += dt;
+          r[v][R_PUTS] += BATCH;
+          samples_add(&smp[v], dt / BATCH);
         }
-        if (r[R_PUTS] >= maxputs || (r[R_FH_TIME] >= maxsec && round >= 3)) break;
+        if (!busy || (round >= 3 && bench_now() - t_start >= maxsec)) break;
       }
-      r[R_FH_BATCH_MED] = samples_median(&sf);
-      r[R_MPI_BATCH_MED] = samples_median(&sm);
-      samples_free(&sf);
-      samples_free(&sm);
-      fh_stats_t st = stats_now();
-      r[R_HITS] = (double)st.hits;
-      r[R_MISSES] = (double)st.misses;
-      /* Data check: put a pattern, get it back, rank 0 compares its memory. */
-      if (!failed) {
-        unsigned cseed = (unsigned)(p * 131 + bench_rank * 7 + 1);
-        size_t off = my0 + rng_next(&sfh) % nch * CHUNK;
+      for (int v = 0; v < nv; v++) r[v][R_BATCH_MED] = samples_median(&smp[v]);
+      for (int k = 0; k < ns; k++) {
+        if (failed[k]) continue;
+        fh_stats_t st = stats_of(xctx[k]);
+        r[k][R_HITS] = (double)st.hits;
+        r[k][R_MISSES] = (double)st.misses;
+        if (nowfail[k]) continue;
+        /* Data check: put a pattern, get it back; rank 0 compares its memory. */
+        unsigned cseed = (unsigned)(p * 131 + k * 17 + bench_rank * 7 + 1);
+        size_t off = my0 + rng_next(&rs[k]) % nch * CHUNK;
+        char *dst = (char *)(uintptr_t)tbase[k] + off;
         bench_fill(chk, CHUNK, cseed);
-        int rc = fh_put(ctx, 0, rbase + off, chk, CHUNK);
-        if (rc == FH_ERR_NO_RESOURCE) failed = 1;
-        else if (rc != FH_OK) BENCH_DIE("check fh_put -> %s", fh_strerror(rc));
-        if (!failed) {
+        int rc = fh_put(xctx[k], 0, dst, chk, CHUNK);
+        if (rc == FH_OK) {
           memset(chk, 0, CHUNK);
-          rc = fh_get(ctx, chk, 0, rbase + off, CHUNK);
-          if (rc == FH_ERR_NO_RESOURCE) failed = 1;
-          else if (rc != FH_OK) BENCH_DIE("check fh_get -> %s", fh_strerror(rc));
-          else {
-            unsigned char *want = xmalloc(CHUNK);
-            bench_fill(want, CHUNK, cseed);
-            if (memcmp(want, chk, CHUNK) != 0)
-              BENCH_DIE("WRONG DATA: fh_get after fh_put at rank 0 offset %zu (working set %zu) returned other bytes", off, ws);
-            free(want);
-            r[R_CHECK_OFF] = (double)off;
-            r[R_CHECK_SEED] = cseed;
+          rc = fh_get(xctx[k], chk, 0, dst, CHUNK);
+        }
+        if (rc == FH_ERR_NO_RESOURCE) { nowfail[k] = 1; continue; }
+        if (rc != FH_OK) BENCH_DIE("%s: check put/get -> %s", sname[k], fh_strerror(rc));
+        bench_fill(want, CHUNK, cseed);
+        if (memcmp(want, chk, CHUNK) != 0)
+          BENCH_DIE("WRONG DATA (%s): fh_get after fh_put at rank 0 offset %zu (working set %zu) returned other bytes",
+                    sname[k], off, ws);
+        r[k][R_CHECK_OFF] = (double)off;
+        r[k][R_CHECK_SEED] = cseed;
+      }
+    }
+    for (int k = 0; k < ns; k++) r[k][R_FAILED] = failed[k] || nowfail[k];
+    MPI_Request req;
+    MPIB(MPI_Igather(r, nv * NR, MPI_DOUBLE, all, nv * NR, MPI_DOUBLE, 0, MPI_COMM_WORLD, &req));
+    pwait(&req);
+    int fl[MAXSTRAT] = {0};
+    if (bench_rank == 0) {
+      /* Aggregate per variant: bandwidth from the median batch (64 KiB / median
+       * per-put time) and from bytes / time (which charges every preemption), both
+       * summed over the initiators. Primary: the median one with one initiator; with
+       * several, bytes / time (3+ busy ranks on 2 cores do not all run at once, so a
+       * sum of per-initiator medians would overstate the aggregate). */
+      double bwmed[MAXSTRAT + 1] = {0}, bwmean[MAXSTRAT + 1] = {0}, usmed[MAXSTRAT + 1] = {0};
+      double hits[MAXSTRAT] = {0}, misses[MAXSTRAT] = {0}, puts[MAXSTRAT + 1] = {0};
+      for (int i = 1; i < nranks; i++)
+        for (int v = 0; v < nv; v++) {
+          const double *x = all + ((size_t)i * (size_t)nv + (size_t)v) * NR;
+          if (x[R_FH_TIME] > 0) bwmean[v] += x[R_FH_BYTES] / x[R_FH_TIME] / 1e6;
+          if (x[R_BATCH_MED] > 0) bwmed[v] += (double)CHUNK / x[R_BATCH_MED] / 1e6;
+          usmed[v] += x[R_BATCH_MED] / ninit;
+          puts[v] += x[R_PUTS];
+          if (v == VMPI) continue;
+          fl[v] |= x[R_FAILED] != 0;
+          hits[v] += x[R_HITS];
+          misses[v] += x[R_MISSES];
+          if (!x[R_FAILED] && x[R_CHECK_SEED] > 0) { /* rank 0's memory holds the pattern */
+            bench_fill(want, CHUNK, (unsigned)x[R_CHECK_SEED]);
+            if (memcmp(want, tbuf[v] + (size_t)x[R_CHECK_OFF], CHUNK) != 0)
+              BENCH_DIE("WRONG DATA (%s): rank 0's memory at offset %zu does not hold rank %d's fh_put", sname[v],
+                        (size_t)x[R_CHECK_OFF], i);
           }
         }
-      }
-    }
-    r[R_FAILED] = failed;
-    double *all = bench_rank == 0 ? xmalloc(sizeof(double) * NR * (size_t)nranks) : NULL;
-    MPI_Request req;
-    MPIB(MPI_Igather(r, NR, MPI_DOUBLE, all, NR, MPI_DOUBLE, 0, MPI_COMM_WORLD, &req));
-    pwait(&req);
-    int anyfail = 0;
-    if (bench_rank == 0) {
-      fh_stats_t st = stats_now();
-      /* Bandwidth per initiator from the median batch (per-put time), and from
-       * bytes / total time (the mean, which charges every preemption); both summed
-       * over the initiators. The primary figure (bandwidth_MBps) is the median one
-       * with one initiator; with several it is the mean one: their batch medians
-       * come from whenever each ran, and 3+ busy ranks on 2 cores do not all run at
-       * once, so a sum of medians would overstate the aggregate. */
-      double fhbw = 0, mpibw = 0, fhmean = 0, mpimean = 0, hits = 0, misses = 0, puts = 0, fmed = 0, mmed = 0;
-      for (int i = 1; i < nranks; i++) {
-        double *x = all + (size_t)i * NR;
-        anyfail |= x[R_FAILED] != 0;
-        if (x[R_FH_TIME] > 0) fhmean += x[R_FH_BYTES] / x[R_FH_TIME] / 1e6;
-        if (x[R_MPI_TIME] > 0) mpimean += x[R_MPI_BYTES] / x[R_MPI_TIME] / 1e6;
-        if (x[R_FH_BATCH_MED] > 0) fhbw += (double)CHUNK / x[R_FH_BATCH_MED] / 1e6;
-        if (x[R_MPI_BATCH_MED] > 0) mpibw += (double)CHUNK / x[R_MPI_BATCH_MED] / 1e6;
-        hits += x[R_HITS];
-        misses += x[R_MISSES];
-        puts += x[R_PUTS];
-        fmed += x[R_FH_BATCH_MED] / ninit;
-        mmed += x[R_MPI_BATCH_MED] / ninit;
-        if (!x[R_FAILED] && x[R_CHECK_SEED] > 0) { /* rank 0's memory holds the pattern */
-          unsigned char *want = xmalloc(CHUNK);
-          bench_fill(want, CHUNK, (unsigned)x[R_CHECK_SEED]);
-          if (memcmp(want, tbuf + (size_t)x[R_CHECK_OFF], CHUNK) != 0)
-            BENCH_DIE("WRONG DATA: rank 0's memory at offset %zu does not hold rank %d's fh_put", (size_t)x[R_CHECK_OFF], i);
-          free(want);
+      const int multi = ninit > 1;
+      double bw[MAXSTRAT + 1], alt[MAXSTRAT + 1];
+      for (int v = 0; v < nv; v++) { bw[v] = multi ? bwmean[v] : bwmed[v]; alt[v] = multi ? bwmed[v] : bwmean[v]; }
+      const char *method = multi ? "bytes/time" : "median-batch";
+      for (int k = 0; k < ns; k++) {
+        if (failed[k]) continue; /* reported at the point where it failed */
+        fh_stats_t st = stats_of(xctx[k]);
+        if (st.bytes_pinned_peak > st0[k].limit_bytes)
+          fprintf(stderr, "bench_firehose: INVARIANT BROKEN (%s): rank 0 pinned %llu bytes > limit_bytes %llu\n", sname[k],
+                  (unsigned long long)st.bytes_pinned_peak, (unsigned long long)st0[k].limit_bytes);
+        const double hr = hits[k] + misses[k] > 0 ? hits[k] / (hits[k] + misses[k]) : 0;
+        const char *tail = "%llu,%zu,%zu,%llu,%llu,%d,%s\n";
+        if (fl[k]) {
+          fprintf(csv, "%s,%zu,,,failed (NO_RESOURCE),,all,%.0f,%.0f,%.0f,,,,", sname[k], ws, puts[k], hits[k], misses[k]);
+          fprintf(csv, tail, (unsigned long long)st.bytes_pinned_peak, M, V, (unsigned long long)st0[k].limit_bytes,
+                  (unsigned long long)st0[k].unit_bytes, nranks, method);
+          printf("%-16s %12s %10s %10s %6s %9s %8s %10s %s\n", sname[k], mib(ws, b1, sizeof b1), "-", "-", "-", "-", "-",
+                 mib(st.bytes_pinned_peak, b3, sizeof b3), "failed (NO_RESOURCE)");
+        } else {
+          fprintf(csv, "%s,%zu,%.1f,%.6f,ok,%.4f,all,%.0f,%.0f,%.0f,%.3f,%.1f,%.4f,", sname[k], ws, bw[k], hr,
+                  bw[VMPI] > 0 ? bw[k] / bw[VMPI] : 0, puts[k], hits[k], misses[k], usmed[k] * 1e6, alt[k],
+                  alt[VMPI] > 0 ? alt[k] / alt[VMPI] : 0);
+          fprintf(csv, tail, (unsigned long long)st.bytes_pinned_peak, M, V, (unsigned long long)st0[k].limit_bytes,
+                  (unsigned long long)st0[k].unit_bytes, nranks, method);
+          printf("%-16s %12s %10.0f %10.0f %6.2f %8.2f%% %8.0f %10s ok\n", sname[k], mib(ws, b1, sizeof b1), bw[k],
+                 bw[VMPI], bw[VMPI] > 0 ? bw[k] / bw[VMPI] : 0, 100 * hr, misses[k],
+                 mib(st.bytes_pinned_peak, b3, sizeof b3));
         }
       }
-      if (st.bytes_pinned_peak > st0.limit_bytes)
-        fprintf(stderr, "bench_firehose: INVARIANT BROKEN: rank 0 pinned %llu bytes > limit_bytes %llu\n",
-                (unsigned long long)st.bytes_pinned_peak, (unsigned long long)st0.limit_bytes);
-      double hr = hits + misses > 0 ? hits / (hits + misses) : 0;
-      const char *status = anyfail ? "failed (NO_RESOURCE)" : "ok";
-      if (ninit > 1) { /* primary = mean-based, see above */
-        double t = fhbw; fhbw = fhmean; fhmean = t;
-        t = mpibw; mpibw = mpimean; mpimean = t;
-      }
-      /* method: how bandwidth_MBps was computed; the _alt_ columns hold the other way. */
-      const char *tail = ninit > 1 ? "%llu,%zu,%zu,%llu,%llu,%d,bytes/time\n" : "%llu,%zu,%zu,%llu,%llu,%d,median-batch\n";
-      if (anyfail) {
-        fprintf(csv, "%s,%zu,,,%s,,%s,%.0f,%.0f,%.0f,,,,", strategy, ws, status, strategy, puts, hits, misses);
-        fprintf(csv, tail, (unsigned long long)st.bytes_pinned_peak, M, V, (unsigned long long)st0.limit_bytes,
-                (unsigned long long)st0.unit_bytes, nranks);
-        printf("%-16s %12s %10s %10s %6s %9s %8s %10s %s\n", strategy, mib(ws, b1, sizeof b1), "-", "-", "-", "-", "-",
-               mib(st.bytes_pinned_peak, b3, sizeof b3), status);
-      } else {
-        fprintf(csv, "%s,%zu,%.1f,%.6f,%s,%.4f,%s,%.0f,%.0f,%.0f,%.3f,%.1f,%.4f,", strategy, ws, fhbw, hr, status,
-                mpibw > 0 ? fhbw / mpibw : 0, strategy, puts, hits, misses, fmed * 1e6, fhmean,
-                mpimean > 0 ? fhmean / mpimean : 0);
-        fprintf(csv, tail, (unsigned long long)st.bytes_pinned_peak, M, V, (unsigned long long)st0.limit_bytes,
-                (unsigned long long)st0.unit_bytes, nranks);
-        fprintf(csv, "mpi-raw,%zu,%.1f,,ok,1.0,%s,,,,%.3f,%.1f,1.0,", ws, mpibw, strategy, mmed * 1e6, mpimean);
-        fprintf(csv, tail, 0ULL, M, V, (unsigned long long)st0.limit_bytes, (unsigned long long)st0.unit_bytes, nranks);
-        printf("%-16s %12s %10.0f %10.0f %6.2f %8.2f%% %8.0f %10s %s   (%s: %.0f / %.0f = %.2f)\n", strategy,
-               mib(ws, b1, sizeof b1), fhbw, mpibw, mpibw > 0 ? fhbw / mpibw : 0, 100 * hr, misses,
-               mib(st.bytes_pinned_peak, b3, sizeof b3), status, ninit > 1 ? "from medians" : "mean-based", fhmean, mpimean,
-               mpimean > 0 ? fhmean / mpimean : 0);
-      }
+      fprintf(csv, "mpi-raw,%zu,%.1f,,ok,1.0,all,%.0f,,,%.3f,%.1f,1.0,,%zu,%zu,%llu,%llu,%d,%s\n", ws, bw[VMPI], puts[VMPI],
+              usmed[VMPI] * 1e6, alt[VMPI], M, V, (unsigned long long)limit, (unsigned long long)st0[0].unit_bytes, nranks,
+              method);
+      printf("%-16s %12s %10.0f\n", "raw MPI", mib(ws, b1, sizeof b1), bw[VMPI]);
       fflush(csv);
       fflush(stdout);
-      free(all);
     }
-    MPIB(MPI_Ibcast(&anyfail, 1, MPI_INT, 0, MPI_COMM_WORLD, &req));
+    MPIB(MPI_Ibcast(fl, ns, MPI_INT, 0, MPI_COMM_WORLD, &req));
     pwait(&req);
-    if (anyfail) stop = 1;
+    for (int k = 0; k < ns; k++) failed[k] |= fl[k];
   }
-  bench_poll_barrier(ctx);
+  for (int v = 0; v < nv; v++) samples_free(&smp[v]);
+  pbarrier();
   MPIB(MPI_Win_unlock_all(win));
   MPIB(MPI_Win_free(&win));
   if (bench_rank == 0) {
     fclose(csv);
-    printf("bench_firehose sweep (%s): done (CSV in %s/fh_sweep_%s.csv)\n", strategy, outdir, strategy);
+    printf("bench_firehose sweep: done (CSV in %s/fh_sweep.csv)\n", outdir);
+    /* Rank 0's buffers were reached through firehoses: drop them before freeing. */
+    for (int k = 0; k < ns; k++) FHB(fh_mem_invalidate(xctx[k], tbuf[k], bufsz));
   }
+  pbarrier();
+  for (int k = 0; k < ns; k++) FHB(fh_finalize(xctx[k]));
+  nx = 0;
+  for (int v = 0; v < nv; v++) free(raw[v]);
   free(src);
   free(chk);
-  /* Rank 0's buffer was reached through firehoses: drop them before freeing it. */
-  if (bench_rank == 0) FHB(fh_mem_invalidate(ctx, tbuf, bufsz));
-  bench_poll_barrier(ctx);
-  free(raw);
+  free(want);
+  free(all);
   return 0;
 }
 
@@ -409,7 +463,7 @@ static int run_hit(const char *outdir) {
   bench_poll_barrier(ctx);
   if (bench_rank == 0) {
     fh_stats_t st0 = stats_now();
-    print_settings("hit", &st0);
+    print_settings("hit", NULL, &st0);
     uint64_t src = 0x1122334455667788ULL, dst = 0;
     FHB(fh_put(ctx, 1, remote + 64, &src, N)); /* the one miss: moves a firehose */
     FHB(fh_get(ctx, &dst, 1, remote + 64, N));
@@ -531,7 +585,7 @@ static int run_miss(const char *outdir) {
   char *remote = (char *)(uintptr_t)tb;
   MPI_Win dwin; /* rank 1 times Win_attach + detach on it */
   MPIB(MPI_Win_create_dynamic(MPI_INFO_NULL, MPI_COMM_WORLD, &dwin));
-  if (bench_rank == 0) print_settings("miss", &st0);
+  if (bench_rank == 0) print_settings("miss", NULL, &st0);
   bench_poll_barrier(ctx);
 
   size_t wi = 0, pi = 0; /* the walks */

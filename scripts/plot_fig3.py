@@ -8,12 +8,12 @@ strategy's MB/s, its ratio to the raw-MPI baseline of the same launch (median of
 the per-launch ratios) and its hit rate.
 
 Input rows (bench_firehose sweep): strategy,working_set_bytes,bandwidth_MBps,
-hit_rate,status,ratio_vs_mpi,launch,...,M_bytes,maxvictim_bytes,... Rows with
-strategy "mpi-raw" are the raw-MPI baseline (MPI_Put + flush to an MPI_Win_create
-window over the whole buffer) measured in each strategy's launch; the baseline line
-is their median per working set. Repeated (strategy, working set) rows, e.g. from
-several launches, are reduced to their median. Failed points ("failed
-(NO_RESOURCE)") are drawn as crosses on the x axis.
+hit_rate,status,ratio_vs_mpi,...,M_bytes,maxvictim_bytes,... Rows with strategy
+"mpi-raw" are the raw-MPI baseline (MPI_Put + flush to an MPI_Win_create window over
+the whole buffer) measured in the same launch, interleaved with the strategies.
+Repeated (strategy, working set) rows, e.g. from several launches, are reduced to
+their median. Failed points ("failed (NO_RESOURCE)") are drawn as crosses on the x
+axis.
 
 Top panel: aggregate bandwidth (MB/s) against working set (MiB, log2 scale);
 bottom panel: firehose hit rate. Vertical markers at M and M + MAXVICTIM.

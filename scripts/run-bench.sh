@@ -14,15 +14,16 @@
 # crashes or hangs (timeout $BENCH_TIMEOUT s, default 300) does.
 #
 # bench_firehose (issue 3) is not part of that loop: it runs $FH_BENCH_RUNS times
-# (default 3; about 1.5-2.5 minutes in all) with its own modes, results in
+# (default 3; about 1.5-2 minutes in all) with its own modes, results in
 # <outdir>/firehose/run<i>/ and, merged over the runs (plus a "run" column), in
 # <outdir>/firehose/:
-#   sweep  seed 000 Fig. 3, once per FH_REGISTRATION strategy, on $FH_BENCH_NP ranks
+#   sweep  seed 000 Fig. 3, all four FH_REGISTRATION strategies and raw MPI
+#          interleaved in one launch, on $FH_BENCH_NP ranks
 #          (default 2: rank 0 is the target, rank 1 the initiator; 3 = two initiators,
 #          but then 3 busy ranks share 2 cores), with
 #          FH_FIREHOSE_M=$FH_BENCH_M (32M) and FH_FIREHOSE_MAXVICTIM_M=$FH_BENCH_MAXVICTIM
 #          (8M; FH_FIREHOSE_MAXVICTIM_R=$FH_BENCH_MAXVICTIM_R, 8 regions) ->
-#          fh_sweep_<strategy>.csv, merged fh_sweep.csv, the figure ($BENCH_FIG,
+#          fh_sweep.csv (merged over the runs), the figure ($BENCH_FIG,
 #          default <outdir>/firehose/fig3.svg) and sweep_summary.md (medians) from
 #          scripts/plot_fig3.py
 #   hit    8-byte put/get through a hot firehose vs MPI on the same memory (2 ranks)
@@ -129,10 +130,8 @@ if [ -x "$fh_bin" ] && [ "${BENCH_FIREHOSE:-1}" != 0 ]; then
   for ((i = 1; i <= fruns; i++)); do
     rdir=$fdir/run$i
     echo "firehose run $i: loadavg $(cut -d' ' -f1-4 /proc/loadavg) at start" >>"$outdir/load.txt"
-    for strat in firehose rendezvous-unpin rendezvous-keep pin-everything; do
-      # shellcheck disable=SC2086 # MPIEXEC holds a command and its flags
-      fh_run "$i" "sweep_$strat" "$rdir" FH_REGISTRATION="$strat" $MPIEXEC -np "$np" "$fh_bin" sweep "$rdir"
-    done
+    # shellcheck disable=SC2086 # MPIEXEC holds a command and its flags
+    fh_run "$i" sweep "$rdir" $MPIEXEC -np "$np" "$fh_bin" sweep "$rdir"
     # shellcheck disable=SC2086
     fh_run "$i" hit "$rdir" FH_REGISTRATION=firehose $MPIEXEC -np 2 "$fh_bin" hit "$rdir"
     for u in ${FH_BENCH_MISS_UNITS:-region:1M region:64K page}; do
@@ -155,7 +154,7 @@ if [ -x "$fh_bin" ] && [ "${BENCH_FIREHOSE:-1}" != 0 ]; then
       tail -n +2 "$f" | sed "s/\$/,$r/" >>"$out"
     done
   }
-  fh_merge "$fdir/fh_sweep.csv" "$fdir"/run*/fh_sweep_*.csv
+  fh_merge "$fdir/fh_sweep.csv" "$fdir"/run*/fh_sweep.csv
   fh_merge "$fdir/bench_firehose_hit.csv" "$fdir"/run*/bench_firehose_hit.csv
   fh_merge "$fdir/bench_firehose_miss.csv" "$fdir"/run*/miss_*/bench_firehose_miss.csv
   fh_merge "$fdir/bench_firehose_miss_parts.csv" "$fdir"/run*/miss_*/bench_firehose_miss_parts.csv

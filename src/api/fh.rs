@@ -752,6 +752,7 @@ impl CtxInner {
         }
         let st = self.stats.snapshot();
         FhSnapshot {
+            struct_size: std::mem::size_of::<FhSnapshot>() as u64,
             hits: g(&fh.stats.hits),
             misses: g(&fh.stats.misses),
             pending_hits: g(&fh.stats.pending_hits),
@@ -1128,36 +1129,60 @@ impl CtxInner {
     }
 }
 
-/// Every counter of `fh_stats_t` (same names and order).
-#[derive(Clone, Copy, Debug, Default)]
+/// Firehose and RMA statistics of one context (fh_stats_get). Counters count since
+/// init or the last fh_stats_reset; `bytes_pinned`, `victim_*`, `firehoses_used` are
+/// current levels; `limit_bytes`, `firehoses_per_peer`, `mode`, `unit_bytes` are
+/// parameters. Hit rate = hits / (hits + misses).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
 pub struct FhSnapshot {
+    /// sizeof(fh_stats_t) of the library (set by fh_stats_get).
+    pub struct_size: u64,
+    /// Remote accesses fully covered by live firehoses (one-sided).
     pub hits: u64,
+    /// Remote accesses that sent a move (one round trip).
     pub misses: u64,
+    /// Remote accesses that waited for a move already in flight (no new message).
     pub pending_hits: u64,
+    /// Local pins (conduits that register the local side) found / not found pinned.
     pub local_hits: u64,
     pub local_misses: u64,
+    /// fh_try_* / fh_partial_* outcomes.
     pub try_hits: u64,
     pub try_misses: u64,
     pub partial_pins: u64,
+    /// Move requests sent by this rank and handled for peers.
     pub moves_sent: u64,
     pub moves_handled: u64,
+    /// Small puts that travelled inside their move (no separate RMA).
     pub putinmove: u64,
+    /// Units pinned and unpinned on this rank.
     pub pins: u64,
     pub unpins: u64,
+    /// Bytes pinned by firehose on this rank now, the peak, and the bound M+MAXVICTIM.
     pub bytes_pinned: u64,
     pub bytes_pinned_peak: u64,
     pub limit_bytes: u64,
+    /// Pinned but unreferenced bytes kept for reuse (local victim FIFO).
     pub victim_local_bytes: u64,
+    /// Idle firehoses this rank holds into peers (remote victim FIFOs).
     pub victim_remote: u64,
+    /// Firehoses this rank holds into all peers, and f (per peer).
     pub firehoses_used: u64,
     pub firehoses_per_peer: u64,
+    /// 0 page mode, 1 region mode; the unit (page or largest region) in bytes.
     pub mode: u64,
     pub unit_bytes: u64,
+    /// Nanoseconds spent waiting for firehose moves and replacements.
     pub stall_ns: u64,
+    /// Active messages sent (requests + replies) and handled.
     pub am_sent: u64,
     pub am_handled: u64,
+    /// Accesses refused because the target memory was not accessible.
     pub access_refused: u64,
+    /// Pins that could not be mlocked (RLIMIT_MEMLOCK) and were registered only.
     pub mlock_failures: u64,
+    /// Put/get operations and bytes.
     pub puts: u64,
     pub gets: u64,
     pub put_bytes: u64,

@@ -20,105 +20,6 @@ pub struct fh_pin_t {
 pub type fh_pin_cb_t =
     Option<unsafe extern "C" fn(pin: *mut fh_pin_t, status: c_int, arg: *mut c_void)>;
 
-/// Firehose and RMA statistics of one context (fh_stats_get). Counters count since
-/// init or the last fh_stats_reset; `bytes_pinned`, `victim_*`, `firehoses_used` are
-/// current levels; `limit_bytes`, `firehoses_per_peer`, `mode`, `unit_bytes` are
-/// parameters. Hit rate = hits / (hits + misses).
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub struct fh_stats_t {
-    /// sizeof(fh_stats_t) of the library (set by fh_stats_get).
-    pub struct_size: u64,
-    /// Remote accesses fully covered by live firehoses (one-sided).
-    pub hits: u64,
-    /// Remote accesses that sent a move (one round trip).
-    pub misses: u64,
-    /// Remote accesses that waited for a move already in flight (no new message).
-    pub pending_hits: u64,
-    /// Local pins (conduits that register the local side) found / not found pinned.
-    pub local_hits: u64,
-    pub local_misses: u64,
-    /// fh_try_* / fh_partial_* outcomes.
-    pub try_hits: u64,
-    pub try_misses: u64,
-    pub partial_pins: u64,
-    /// Move requests sent by this rank and handled for peers.
-    pub moves_sent: u64,
-    pub moves_handled: u64,
-    /// Small puts that travelled inside their move (no separate RMA).
-    pub putinmove: u64,
-    /// Units pinned and unpinned on this rank.
-    pub pins: u64,
-    pub unpins: u64,
-    /// Bytes pinned by firehose on this rank now, the peak, and the bound M+MAXVICTIM.
-    pub bytes_pinned: u64,
-    pub bytes_pinned_peak: u64,
-    pub limit_bytes: u64,
-    /// Pinned but unreferenced bytes kept for reuse (local victim FIFO).
-    pub victim_local_bytes: u64,
-    /// Idle firehoses this rank holds into peers (remote victim FIFOs).
-    pub victim_remote: u64,
-    /// Firehoses this rank holds into all peers, and f (per peer).
-    pub firehoses_used: u64,
-    pub firehoses_per_peer: u64,
-    /// 0 page mode, 1 region mode; the unit (page or largest region) in bytes.
-    pub mode: u64,
-    pub unit_bytes: u64,
-    /// Nanoseconds spent waiting for firehose moves and replacements.
-    pub stall_ns: u64,
-    /// Active messages sent (requests + replies) and handled.
-    pub am_sent: u64,
-    pub am_handled: u64,
-    /// Accesses refused because the target memory was not accessible.
-    pub access_refused: u64,
-    /// Pins that could not be mlocked (RLIMIT_MEMLOCK) and were registered only.
-    pub mlock_failures: u64,
-    /// Put/get operations and bytes.
-    pub puts: u64,
-    pub gets: u64,
-    pub put_bytes: u64,
-    pub get_bytes: u64,
-}
-
-impl From<FhSnapshot> for fh_stats_t {
-    fn from(s: FhSnapshot) -> fh_stats_t {
-        fh_stats_t {
-            struct_size: std::mem::size_of::<fh_stats_t>() as u64,
-            hits: s.hits,
-            misses: s.misses,
-            pending_hits: s.pending_hits,
-            local_hits: s.local_hits,
-            local_misses: s.local_misses,
-            try_hits: s.try_hits,
-            try_misses: s.try_misses,
-            partial_pins: s.partial_pins,
-            moves_sent: s.moves_sent,
-            moves_handled: s.moves_handled,
-            putinmove: s.putinmove,
-            pins: s.pins,
-            unpins: s.unpins,
-            bytes_pinned: s.bytes_pinned,
-            bytes_pinned_peak: s.bytes_pinned_peak,
-            limit_bytes: s.limit_bytes,
-            victim_local_bytes: s.victim_local_bytes,
-            victim_remote: s.victim_remote,
-            firehoses_used: s.firehoses_used,
-            firehoses_per_peer: s.firehoses_per_peer,
-            mode: s.mode,
-            unit_bytes: s.unit_bytes,
-            stall_ns: s.stall_ns,
-            am_sent: s.am_sent,
-            am_handled: s.am_handled,
-            access_refused: s.access_refused,
-            mlock_failures: s.mlock_failures,
-            puts: s.puts,
-            gets: s.gets,
-            put_bytes: s.put_bytes,
-            get_bytes: s.get_bytes,
-        }
-    }
-}
-
 #[allow(clippy::boxed_local)]
 fn wrap(p: Box<PinObj>) -> *mut fh_pin_t {
     Box::into_raw(Box::new(fh_pin_t { inner: *p }))
@@ -373,12 +274,12 @@ pub extern "C" fn fh_release(ctx: *mut fh_ctx_t, pin: *mut fh_pin_t) -> c_int {
 
 /// Fill `*out` with this context's statistics. Thread-safe.
 #[no_mangle]
-pub extern "C" fn fh_stats_get(ctx: *const fh_ctx_t, out_stats: *mut fh_stats_t) -> c_int {
+pub extern "C" fn fh_stats_get(ctx: *const fh_ctx_t, out_stats: *mut FhSnapshot) -> c_int {
     crate::ffi_boundary!(status {
         // SAFETY: validated handle.
         let c = unsafe { ctx_ref(ctx)? };
         c.check_live()?;
-        let s: fh_stats_t = c.fh_stats().into();
+        let s = c.fh_stats();
         // SAFETY: out() refuses NULL; the caller provides writable storage.
         unsafe { out(out_stats, s, "out")? };
         OK
