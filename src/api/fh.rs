@@ -665,9 +665,10 @@ impl CtxInner {
                     .map(|(us, _)| us)
                     .collect();
                 for us in starts {
-                    l.remote_release(h, us, &mut pinner);
+                    l.remote_release(h, us);
                 }
             }
+            l.trim(&mut pinner);
         }
     }
 
@@ -1247,7 +1248,7 @@ pub(crate) fn handle_move(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
                 let mut l = fh.local.lock();
                 let mut pinner = CtxPinner { ctx };
                 for &r in &nums[..nrel] {
-                    if !l.remote_release(src, r as usize, &mut pinner) {
+                    if !l.remote_release(src, r as usize) {
                         ctx.count(&fh.stats.bad_releases, 1);
                     }
                 }
@@ -1320,6 +1321,9 @@ pub(crate) fn handle_move(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
         &payload,
         None,
     );
+    // Unpin what the releases left beyond the victim FIFO's limit only now, after
+    // answering: the requester does not wait for it.
+    fh.local.lock().trim(&mut CtxPinner { ctx });
 }
 
 /// Initiator side: enter the answer into the peer's table and wake the mover.
@@ -1373,8 +1377,9 @@ pub(crate) fn handle_release(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     let mut l = fh.local.lock();
     let mut pinner = CtxPinner { ctx };
     for r in nums {
-        if !l.remote_release(tok.src, r as usize, &mut pinner) {
+        if !l.remote_release(tok.src, r as usize) {
             ctx.count(&fh.stats.bad_releases, 1);
         }
     }
+    l.trim(&mut pinner);
 }

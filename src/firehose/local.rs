@@ -112,6 +112,8 @@ pub struct LocalTable {
     fifo: VictimFifo,
     next_gen: u64,
     pub counts: LocalCounts,
+    /// False between a release and the next `trim` (the FIFO may be over its limit).
+    trimmed: bool,
 }
 
 impl LocalTable {
@@ -123,6 +125,7 @@ impl LocalTable {
             fifo: VictimFifo::default(),
             next_gen: 0,
             counts: LocalCounts::default(),
+            trimmed: true,
         }
     }
 
@@ -242,6 +245,7 @@ impl LocalTable {
                 break;
             }
         }
+        self.trimmed = true;
     }
 
     /// Pin a new unit around `[a, b)` (inside one granule, not covered by any unit).
@@ -338,7 +342,7 @@ impl LocalTable {
         })();
         if let Err(e) = res {
             for s in newly {
-                self.remote_release(peer, s, pinner);
+                self.remote_release(peer, s);
             }
             self.trim(pinner);
             return Err(e);
@@ -348,8 +352,10 @@ impl LocalTable {
     }
 
     /// A peer gives up its firehose on the unit at `start`. False if it held none
-    /// there (a stale or bad release: ignored).
-    pub fn remote_release(&mut self, peer: usize, start: usize, pinner: &mut dyn Pinner) -> bool {
+    /// there (a stale or bad release: ignored). Unreferenced units beyond the FIFO
+    /// limit stay pinned until the caller's `trim` (a move handler answers first, so
+    /// unpinning is off the requester's critical path).
+    pub fn remote_release(&mut self, peer: usize, start: usize) -> bool {
         match self.units.get(&start) {
             Some(u) if peer < self.nodes && u.has(peer) => {}
             _ => return false,
@@ -358,7 +364,7 @@ impl LocalTable {
             u.holders[peer / 64] &= !(1 << (peer % 64));
             u.remote -= 1;
         });
-        self.trim(pinner);
+        self.trimmed = false;
         true
     }
 
@@ -547,7 +553,7 @@ impl LocalTable {
                 self.params.capacity()
             ));
         }
-        if c.idle_units > self.params.victim_keep() {
+        if self.trimmed && c.idle_units > self.params.victim_keep() {
             return Err(format!(
                 "{} idle units kept, FIFO limit {}",
                 c.idle_units,
