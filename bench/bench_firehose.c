@@ -558,7 +558,7 @@ static void on_pong(fh_token_t *tok, void *buf, size_t nbytes, const uint64_t *a
   pongs++;
 }
 
-enum { W_PUT, W_GET, W_AM, W_MLOCK, W_ATTACH, NW_ };
+enum { W_PUT, W_GET, W_AM, W_MLOCK, W_ATTACH, W_LOCK, W_UNLOCK, W_ATT, W_DET, NW_ };
 #define PINW 32 /* units rank 1 walks for the pin baseline */
 
 static int run_miss(const char *outdir) {
@@ -649,15 +649,20 @@ static int run_miss(const char *outdir) {
         int v = (k + round) % 2 ? W_ATTACH : W_MLOCK;
         for (int j = 0; j < B; j++) {
           unsigned char *pb = pinbuf + (pi++ % PINW) * pinsz;
-          double t0 = bench_now();
+          double t0 = bench_now(), tm;
           if (v == W_MLOCK) {
             if (mlock(pb, pinsz) != 0) BENCH_DIE("mlock(%llu) failed: %s", (unsigned long long)pinsz, strerror(errno));
+            tm = bench_now();
             if (munlock(pb, pinsz) != 0) BENCH_DIE("munlock failed: %s", strerror(errno));
           } else {
             MPIB(MPI_Win_attach(dwin, pb, (MPI_Aint)pinsz));
+            tm = bench_now();
             MPIB(MPI_Win_detach(dwin, pb));
           }
-          samples_add(&s[v], bench_now() - t0);
+          double t2 = bench_now();
+          samples_add(&s[v], t2 - t0);
+          samples_add(&s[v == W_MLOCK ? W_LOCK : W_ATT], tm - t0);
+          samples_add(&s[v == W_MLOCK ? W_UNLOCK : W_DET], t2 - tm);
         }
       }
     }
@@ -668,13 +673,17 @@ static int run_miss(const char *outdir) {
   if (bench_rank == 0 && d8 != 1 && d8 != 42 && d8 != 0x0101010101010101ULL)
     BENCH_DIE("WRONG DATA: a miss fh_get returned %#llx", (unsigned long long)d8);
   /* Rank 1 sends its medians and counters to rank 0. */
-  double t1[11] = {0};
+  double t1[15] = {0};
   if (bench_rank == 1) {
     fh_stats_t st = stats_now();
     samples_median(&s[W_MLOCK]); /* sorts */
     t1[8] = pct(&s[W_MLOCK], .9);
     t1[9] = pct(&s[W_MLOCK], .99);
     t1[10] = pct(&s[W_MLOCK], 1);
+    t1[11] = samples_median(&s[W_LOCK]);
+    t1[12] = samples_median(&s[W_UNLOCK]);
+    t1[13] = samples_median(&s[W_ATT]);
+    t1[14] = samples_median(&s[W_DET]);
     t1[0] = samples_median(&s[W_MLOCK]);
     t1[1] = samples_median(&s[W_ATTACH]);
     t1[2] = (double)st.moves_handled;
@@ -684,7 +693,7 @@ static int run_miss(const char *outdir) {
     t1[6] = (double)st.bytes_pinned_peak;
     t1[7] = (double)st.limit_bytes;
   }
-  MPIB(MPI_Ibcast(t1, 11, MPI_DOUBLE, 1, MPI_COMM_WORLD, &req));
+  MPIB(MPI_Ibcast(t1, 15, MPI_DOUBLE, 1, MPI_COMM_WORLD, &req));
   pwait(&req);
   if (bench_rank == 0) {
     fh_stats_t st = stats_now();
@@ -697,8 +706,9 @@ static int run_miss(const char *outdir) {
            mib(unit, b1, sizeof b1), nunits, s[W_PUT].n);
     printf("   one move pins %llu bytes on rank 1 (bytes pinned / live pins after the warm-up)\n", (unsigned long long)pinsz);
     printf("   AM short round trip              %9.2f us (%.2f)\n", rtt, samples_mean(&s[W_AM]) * 1e6);
-    printf("   mlock + munlock %8llu B (rank 1) %9.2f us\n", (unsigned long long)pinsz, ml);
-    printf("   Win_attach + detach (rank 1)     %9.2f us\n", at);
+    printf("   mlock + munlock %8llu B (rank 1) %9.2f us  (mlock %.2f, munlock %.2f)\n", (unsigned long long)pinsz, ml,
+           t1[11] * 1e6, t1[12] * 1e6);
+    printf("   Win_attach + detach (rank 1)     %9.2f us  (attach %.2f, detach %.2f)\n", at, t1[13] * 1e6, t1[14] * 1e6);
     printf("   = AM RTT + pin                   %9.2f us\n", base);
     printf("   fh_put miss                      %9.2f us (%.2f)  ratio %.2f\n", mput, samples_mean(&s[W_PUT]) * 1e6, mput / base);
     printf("   fh_get miss                      %9.2f us (%.2f)  ratio %.2f\n", mget, samples_mean(&s[W_GET]) * 1e6, mget / base);
@@ -731,12 +741,13 @@ static int run_miss(const char *outdir) {
     FILE *f = fopen(path, "w");
     if (!f) BENCH_DIE("cannot open %s", path);
     fprintf(f, "mode,unit_bytes,pin_bytes,miss_put_us,miss_get_us,am_rtt_us,mlock_munlock_us,attach_detach_us,"
-               "ratio_put,ratio_get,hit_rate,misses,am_sent_per_miss,target_moves,target_pins,target_unpins\n");
-    fprintf(f, "%s,%zu,%llu,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,%.6f,%llu,%.3f,%.0f,%.0f,%.0f\n",
+               "ratio_put,ratio_get,hit_rate,misses,am_sent_per_miss,target_moves,target_pins,target_unpins,"
+               "mlock_us,munlock_us,attach_us,detach_us\n");
+    fprintf(f, "%s,%zu,%llu,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,%.6f,%llu,%.3f,%.0f,%.0f,%.0f,%.3f,%.3f,%.3f,%.3f\n",
             st0.mode == 0 ? "page" : "region", unit, (unsigned long long)pinsz, mput, mget, rtt, ml, at, mput / base,
             mget / base, hr, (unsigned long long)st.misses,
             st.misses ? (double)(st.am_sent - (uint64_t)s[W_AM].n) / (double)st.misses : 0, t1[2],
-            t1[3], t1[4]);
+            t1[3], t1[4], t1[11] * 1e6, t1[12] * 1e6, t1[13] * 1e6, t1[14] * 1e6);
     fclose(f);
     printf("bench_firehose miss: done (CSV in %s/bench_firehose_miss.csv, bench_firehose_miss_parts.csv)\n", outdir);
     fflush(stdout);

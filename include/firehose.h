@@ -206,7 +206,7 @@ typedef struct fh_stats_t {
   uint64_t moves_sent;
   uint64_t moves_handled;
   /**
-   * Small puts that travelled inside their move (no separate RMA).
+   * Small puts and gets that travelled inside their move (no separate RMA).
    */
   uint64_t putinmove;
   /**

@@ -132,6 +132,8 @@ pub struct FhState {
     pub local: Mutex<LocalTable>,
     pub peers: Vec<Mutex<PeerTable>>,
     moves: Mutex<HashMap<u64, MoveSlot>>,
+    /// Moves carrying a get: id -> (destination, length), written by the answer.
+    get_dst: Mutex<HashMap<u64, (usize, usize)>>,
     /// Per rank: references of issued operations, released once `completed[rank]`
     /// reaches their sequence number.
     inflight: Mutex<Vec<VecDeque<(u64, OpPins)>>>,
@@ -149,6 +151,7 @@ impl FhState {
                 .map(|_| Mutex::new(PeerTable::default()))
                 .collect(),
             moves: Mutex::new(HashMap::new()),
+            get_dst: Mutex::new(HashMap::new()),
             inflight: Mutex::new((0..size).map(|_| VecDeque::new()).collect()),
             pending_pins: Mutex::new(Vec::new()),
             stats: FhStats::default(),
@@ -228,6 +231,21 @@ fn inner_pages(s: usize, e: usize) -> (usize, usize) {
     (ls, le.max(ls))
 }
 
+/// A small transfer that may ride in the move (seed 000's put-in-move, and the same
+/// for gets: the answer carries the data).
+#[derive(Clone, Copy, Debug)]
+pub enum Carry {
+    None,
+    /// Source of a put.
+    Put(*const u8),
+    /// Destination of a get.
+    Get(*mut u8),
+}
+
+const CARRY_NONE: u64 = 0;
+const CARRY_PUT: u64 = 1;
+const CARRY_GET: u64 = 2;
+
 /// What an RMA request was granted.
 pub enum Grant {
     /// Hold these references until the operation completes.
@@ -274,7 +292,11 @@ impl CtxInner {
     /// share for the local buffer at `local`.
     pub fn fh_chunk(&self, addr: usize, len: usize, local: usize) -> usize {
         let p = &self.fh.params;
-        let max_pieces = p.f.clamp(1, MAX_PIECES_PER_MOVE);
+        // A move's request and answer must fit one medium frame.
+        let max_pieces =
+            p.f.min(MAX_PIECES_PER_MOVE)
+                .min(self.am_max_medium() / 96)
+                .max(1);
         let mut c = if p.piece_count(addr, len) <= max_pieces {
             len
         } else {
@@ -299,7 +321,7 @@ impl CtxInner {
         rank: usize,
         addr: usize,
         len: usize,
-        put: Option<*const u8>,
+        carry: Carry,
     ) -> Result<Grant> {
         debug_assert!(rank != self.rank && len > 0);
         let fh = &self.fh;
@@ -353,9 +375,13 @@ impl CtxInner {
                 }
                 Plan::Move { releases, pins } => {
                     missed = true;
-                    let carry = match put {
-                        Some(src) if first && len <= fh.params.putinmove => Some(src),
-                        _ => None,
+                    let room = self
+                        .am_max_medium()
+                        .saturating_sub(8 * releases.len() + 40 * pins.len());
+                    let carry = if first && len <= fh.params.putinmove && len <= room {
+                        carry
+                    } else {
+                        Carry::None
                     };
                     let done = self.send_move(rank, id, &releases, &pins, addr, len, carry);
                     match done {
@@ -381,7 +407,7 @@ impl CtxInner {
     }
 
     /// Send one move and wait for its answer. Returns whether a carried put was
-    /// written by the target.
+    /// written by the target (or a carried get's data delivered).
     #[allow(clippy::too_many_arguments)]
     fn send_move(
         &self,
@@ -391,7 +417,7 @@ impl CtxInner {
         pins: &[(usize, usize)],
         addr: usize,
         len: usize,
-        carry: Option<*const u8>,
+        carry: Carry,
     ) -> Result<bool> {
         let fh = &self.fh;
         let mut payload: Vec<u8> = Vec::with_capacity(8 * releases.len() + 16 * pins.len() + 64);
@@ -402,22 +428,30 @@ impl CtxInner {
             payload.extend_from_slice(&(a as u64).to_le_bytes());
             payload.extend_from_slice(&(b as u64).to_le_bytes());
         }
-        let carried = if let Some(src) = carry {
-            // SAFETY: the caller of put guarantees `src` is readable for `len` bytes
-            // until the operation completes; we copy it now.
-            payload.extend_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
-            true
-        } else {
-            false
+        let kind = match carry {
+            Carry::None => CARRY_NONE,
+            Carry::Put(src) => {
+                // SAFETY: the caller of put guarantees `src` is readable for `len`
+                // bytes until the operation completes; we copy it now.
+                payload.extend_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
+                CARRY_PUT
+            }
+            Carry::Get(_) => CARRY_GET,
+        };
+        let get_dst = match carry {
+            Carry::Get(d) => Some((d as usize, len)),
+            _ => None,
         };
         fh.moves.lock().insert(id, None);
-        let args = [
-            id,
-            releases.len() as u64,
-            pins.len() as u64,
-            if carried { addr as u64 } else { 0 },
-            if carried { len as u64 } else { 0 },
-        ];
+        if let Some(d) = get_dst {
+            fh.get_dst.lock().insert(id, d);
+        }
+        let (oa, ol) = if kind == CARRY_NONE {
+            (0, 0)
+        } else {
+            (addr as u64, len as u64)
+        };
+        let args = [id, releases.len() as u64, pins.len() as u64, oa, ol, kind];
         if let Err(e) = self.am_request(rank, Category::Medium, H_FH_MOVE, &args, &payload, None) {
             fh.moves.lock().remove(&id);
             fh.peers[rank].lock().abort_move(id);
@@ -426,13 +460,14 @@ impl CtxInner {
         self.count(&fh.stats.moves_sent, 1);
         let w = self.wait_until(|| Ok(fh.moves.lock().get(&id).is_some_and(|s| s.is_some())));
         let ans = fh.moves.lock().remove(&id).flatten();
+        fh.get_dst.lock().remove(&id);
         w?;
         match ans {
-            Some((0, putdone)) => {
-                if putdone {
+            Some((0, done)) => {
+                if done {
                     self.count(&fh.stats.putinmove, 1);
                 }
-                Ok(putdone)
+                Ok(done)
             }
             Some((code, _)) => {
                 let st = Status::from_code(code).unwrap_or(Status::Access);
@@ -686,7 +721,7 @@ impl CtxInner {
         }
         if rank != self.rank {
             let c = self.fh_chunk(addr, len, addr);
-            if let Grant::Pins(p) = self.fh_acquire_remote(rank, addr, c, None)? {
+            if let Grant::Pins(p) = self.fh_acquire_remote(rank, addr, c, Carry::None)? {
                 self.fh_release_pins(p);
             }
             if self.plain_access(rank, addr, len).is_some() {
@@ -959,7 +994,7 @@ impl CtxInner {
             return Ok(self.prepinned_pin(Some(rank), addr, len));
         }
         self.check_remote_pin_size(addr, len)?;
-        match self.fh_acquire_remote(rank, addr, len, None)? {
+        match self.fh_acquire_remote(rank, addr, len, Carry::None)? {
             Grant::Pins(pins) => Ok(Box::new(PinObj {
                 magic: PIN_MAGIC,
                 start: addr,
@@ -1065,7 +1100,14 @@ impl CtxInner {
                     payload.extend_from_slice(&(b as u64).to_le_bytes());
                 }
                 fh.moves.lock().insert(id, None);
-                let args = [id, releases.len() as u64, pins.len() as u64, 0, 0];
+                let args = [
+                    id,
+                    releases.len() as u64,
+                    pins.len() as u64,
+                    0,
+                    0,
+                    CARRY_NONE,
+                ];
                 if let Err(e) =
                     self.am_request(pp.rank, Category::Medium, H_FH_MOVE, &args, &payload, None)
                 {
@@ -1155,7 +1197,7 @@ pub struct FhSnapshot {
     /// Move requests sent by this rank and handled for peers.
     pub moves_sent: u64,
     pub moves_handled: u64,
-    /// Small puts that travelled inside their move (no separate RMA).
+    /// Small puts and gets that travelled inside their move (no separate RMA).
     pub putinmove: u64,
     /// Units pinned and unpinned on this rank.
     pub pins: u64,
@@ -1210,21 +1252,33 @@ fn read_u64s(b: &[u8], n: usize) -> Option<Vec<u64>> {
     )
 }
 
-/// Target side of a move: args [id, nrel, npins, put_addr, put_len]; payload: nrel
-/// u64 releases, npins (a, b) pairs, then put_len bytes of a carried put.
-/// Answer: args [id, status, n, putdone], payload: n (kind, start, end) triples.
+/// Target side of a move: args [id, nrel, npins, op_addr, op_len, op_kind]; payload:
+/// nrel u64 releases, npins (a, b) pairs, then for a carried put its op_len bytes.
+/// Answer: args [id, status, n, done], payload: n (kind, start, end) triples, then for
+/// a carried get (done) its op_len bytes.
 pub(crate) fn handle_move(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     let a = f.args();
-    if a.len() != 5 {
+    if a.len() != 6 {
         return;
     }
-    let (id, nrel, npins, paddr, plen) = (
+    let (id, nrel, npins, oaddr, olen, okind) = (
         a[0],
         a[1] as usize,
         a[2] as usize,
         a[3] as usize,
         a[4] as usize,
+        a[5],
     );
+    let (paddr, plen) = if okind == CARRY_PUT {
+        (oaddr, olen)
+    } else {
+        (0, 0)
+    };
+    let glen = if okind == CARRY_GET && olen <= fh_putinmove_cap(ctx) {
+        olen
+    } else {
+        0
+    };
     let body = f.payload;
     let src = tok.src;
     let fh = &ctx.fh;
@@ -1304,9 +1358,18 @@ pub(crate) fn handle_move(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     if status == Status::Access {
         ctx.count(&ctx.stats.access_refused, 1);
     }
-    let mut payload = Vec::with_capacity(out.len() * 8);
+    let mut payload = Vec::with_capacity(out.len() * 8 + glen);
     for x in &out {
         payload.extend_from_slice(&x.to_le_bytes());
+    }
+    if status == Status::Ok && glen > 0 && payload.len() + glen <= ctx.am_max_medium() {
+        // A carried get: read through the kernel (never faults), answer with it.
+        let at = payload.len();
+        payload.resize(at + glen, 0);
+        match os::copy_checked(payload[at..].as_mut_ptr() as usize, oaddr, glen) {
+            Ok(()) => putdone = true,
+            Err(_) => payload.truncate(at),
+        }
     }
     let _ = ctx.am_reply(
         tok,
@@ -1340,6 +1403,7 @@ pub(crate) fn handle_answer(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     let Some(nums) =
         read_u64s(f.payload, n.saturating_mul(3)).filter(|_| n <= f.payload.len() / 24)
     else {
+        fh.get_dst.lock().remove(&id);
         fh.peers[tok.src].lock().abort_move(id);
         fh.moves
             .lock()
@@ -1362,7 +1426,23 @@ pub(crate) fn handle_answer(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
         }
     }
     fh.peers[tok.src].lock().complete_move(id, &units);
-    fh.moves.lock().insert(id, Some((code, putdone)));
+    let mut done = putdone;
+    if let Some((dst, len)) = fh.get_dst.lock().remove(&id) {
+        let data = &f.payload[(n * 24).min(f.payload.len())..];
+        if done && data.len() == len {
+            // SAFETY: `dst` is the destination of the get that sent this move, valid
+            // for `len` bytes until that get completes (it is waiting for this).
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst as *mut u8, len) };
+        } else {
+            done = false;
+        }
+    }
+    fh.moves.lock().insert(id, Some((code, done)));
+}
+
+/// Largest carried get a target answers (it must fit the answer frame).
+fn fh_putinmove_cap(ctx: &CtxInner) -> usize {
+    ctx.fh.params.putinmove.min(ctx.am_max_medium() / 2)
 }
 
 /// Target side of a standalone release: args [n], payload n u64 unit starts.

@@ -9,7 +9,7 @@
 //! Puts complete remotely (the data is visible at the target), gets locally.
 
 use super::ctx::CtxInner;
-use super::fh::{Grant, OpPins};
+use super::fh::{Carry, Grant, OpPins};
 use crate::bail;
 use crate::runtime::error::Result;
 use crate::runtime::os;
@@ -268,7 +268,10 @@ impl CtxInner {
             } else {
                 self.fh_acquire_local(local + off, c)?
             };
-            let put_src = (dir == Dir::Put).then_some((local + off) as *const u8);
+            let carry = match dir {
+                Dir::Put => Carry::Put((local + off) as *const u8),
+                Dir::Get => Carry::Get((local + off) as *mut u8),
+            };
             let acquired = if remote_plain {
                 // Registered/heap target, local side pinned above.
                 Ok(Grant::Pins(OpPins {
@@ -277,7 +280,7 @@ impl CtxInner {
                     local: vec![],
                 }))
             } else {
-                self.fh_acquire_remote(rank, remote + off, c, put_src)
+                self.fh_acquire_remote(rank, remote + off, c, carry)
             };
             let grant = match acquired {
                 Ok(g) => g,

@@ -350,7 +350,7 @@ pub static SETTINGS: &[Setting] = &[
     Setting {
         name: "FH_FIREHOSE_PUTINMOVE_LIMIT",
         default: "2K",
-        help: "a put up to this size that misses travels inside the move request (0: never)",
+        help: "a put or get up to this size that misses travels inside the move request and its answer (0: never)",
         set: |c, v| {
             c.fh_putinmove = parse_size(v)?;
             if c.fh_putinmove > 16 << 10 {
