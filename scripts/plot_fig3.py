@@ -89,6 +89,7 @@ def main(argv):
     failed = {}  # strategy -> smallest failed ws
     M = V = None
     ranks = None
+    methods = {r.get("method") for r in rows if r.get("method")}
     for r in rows:
         s, ws = r["strategy"], num(r["working_set_bytes"])
         if ws is None:
@@ -227,8 +228,11 @@ def main(argv):
         a('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>' % (lx, yy - 4, lx + 28, yy - 4, colour, d))
         extra = " (refused from %g MiB)" % (failed[s] / 2**20) if s in failed else ""
         a('<text x="%d" y="%d">%s</text>' % (lx + 36, yy, escape(label + extra)))
+    how = {"median-batch": "MB/s = 64 KiB / median per-put time",
+           "bytes/time": "MB/s = bytes / time, summed over the initiators"}
+    how = "; ".join(how.get(m, m) for m in sorted(methods)) or "MB/s = bytes / time"
     a('<text x="%d" y="%d" fill="#555" font-size="10">cross on the x axis = first working set refused '
-      '(FH_ERR_NO_RESOURCE); MB/s = bytes / initiator time, summed over initiators</text>' % (L + 10, ly + 18 * rowsn))
+      '(FH_ERR_NO_RESOURCE); %s; 10^6 B/s</text>' % (L + 10, ly + 18 * rowsn, escape(how)))
     a("</svg>")
     with open(out, "w") as f:
         f.write("\n".join(o) + "\n")

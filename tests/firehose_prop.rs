@@ -341,3 +341,49 @@ fn pending_entries_are_waited_for_not_re_requested() {
     assert!(matches!(t.plan(&p, base + 100, 50, 3, false), Plan::Hit(_)));
     t.validate().unwrap();
 }
+
+/// Replacement is least-recently-used: a firehose used just now survives, the one
+/// idle longest is replaced (found by the Fig. 3 benchmark: fresh entries were evicted
+/// before stale ones).
+#[test]
+fn replacement_evicts_the_least_recently_used() {
+    use firehose::firehose::remote::{PeerTable, Plan};
+    let mut cfg = Config::defaults();
+    cfg.fh_mode = Some(FhMode::Page);
+    cfg.fh_m = Some(3 * 4096);
+    let p = firehose::firehose::params::Params::derive(&cfg, 2, 1, FhMode::Page, None);
+    assert_eq!(p.f, 3);
+    let mut t = PeerTable::default();
+    let page = |i: usize| 0x10_0000 + i * 4096;
+    let mut id = 0;
+    let mut touch = |t: &mut PeerTable, i: usize| loop {
+        id += 1;
+        match t.plan(&p, page(i), 8, id, false) {
+            Plan::Hit(h) => {
+                for x in h {
+                    t.release(x);
+                }
+                return;
+            }
+            Plan::Move { pins, .. } => {
+                let units: Vec<_> = pins
+                    .iter()
+                    .map(|&(a, _)| (a & !4095, (a & !4095) + 4096, false))
+                    .collect();
+                t.complete_move(id, &units);
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    for i in [0, 1, 2] {
+        touch(&mut t, i);
+    }
+    // Use 0 and 2 again; 1 is now the least recently used.
+    touch(&mut t, 0);
+    touch(&mut t, 2);
+    assert_eq!(t.evict_one(), Some(page(1)));
+    // Fresh entries count as used: 3 (just moved and used) outlives 0.
+    touch(&mut t, 3);
+    assert_eq!(t.evict_one(), Some(page(0)));
+    t.validate().unwrap();
+}

@@ -59,7 +59,6 @@ pub struct LocalUnit {
     pub gen: u64,
     /// Sequence number of this unit's valid victim-FIFO entry.
     queued: Option<u64>,
-    stamp: u64,
 }
 
 impl LocalUnit {
@@ -188,13 +187,17 @@ impl LocalTable {
         f(u);
         let after = u.usage();
         let len = u.end - start;
-        if after == Use::Idle {
-            u.stamp = self.fifo.now();
-            if u.queued.is_none() {
-                u.queued = Some(self.fifo.push(start));
-            }
+        if after == Use::Idle && before != Use::Idle {
+            // Newest in the victim FIFO (exact LRU; older entries become stale).
+            u.queued = Some(self.fifo.push(start));
         }
         self.set_use(before, after, len);
+        if after == Use::Idle {
+            let units = &self.units;
+            self.fifo.compact(self.counts.idle_units, |seq, k| {
+                units.get(&k).is_some_and(|x| x.queued == Some(seq))
+            });
+        }
     }
 
     fn unpin_unit(&mut self, start: usize, pinner: &mut dyn Pinner) -> LocalUnit {
@@ -225,12 +228,7 @@ impl LocalTable {
             }
             u.queued = None;
             if u.usage() != Use::Idle {
-                continue; // in use again; re-queued when released
-            }
-            if u.stamp > seq {
-                // Second chance: used since it was queued.
-                u.queued = Some(self.fifo.push(start));
-                continue;
+                continue; // in use again; queued anew when released
             }
             self.unpin_unit(start, pinner);
             return true;
@@ -297,7 +295,6 @@ impl LocalTable {
                 locked,
                 gen: self.next_gen,
                 queued: None,
-                stamp: 0,
             },
         );
         self.counts.pins += 1;

@@ -37,7 +37,6 @@ pub struct RemoteEntry {
     /// firehose, is never replaced; removed only by the target's invalidation).
     pub prepinned: bool,
     queued: Option<u64>,
-    stamp: u64,
 }
 
 /// What a request must do next.
@@ -119,9 +118,9 @@ impl PeerTable {
         self.entries.get(&s).map(|e| e.end)
     }
 
-    /// Drop a reference; a stale one (entry invalidated or replaced) is ignored.
+    /// Drop a reference; a stale one (entry invalidated or replaced) is ignored. An
+    /// entry left unreferenced becomes the newest in the victim FIFO.
     pub fn release(&mut self, h: Held) {
-        let stamp = self.fifo.now();
         let Some(e) = self.entries.get_mut(&h.0) else {
             return;
         };
@@ -131,10 +130,11 @@ impl PeerTable {
         e.refs -= 1;
         if e.refs == 0 && !e.prepinned {
             self.idle += 1;
-            e.stamp = stamp;
-            if e.queued.is_none() {
-                e.queued = Some(self.fifo.push(h.0));
-            }
+            e.queued = Some(self.fifo.push(h.0));
+            let entries = &self.entries;
+            self.fifo.compact(self.idle, |seq, k| {
+                entries.get(&k).is_some_and(|x| x.queued == Some(seq))
+            });
         }
     }
 
@@ -157,7 +157,6 @@ impl PeerTable {
     /// released at the target); `None` if every firehose is referenced or pending.
     pub fn evict_one(&mut self) -> Option<usize> {
         while let Some((seq, s)) = self.fifo.pop() {
-            let now = self.fifo.now();
             let Some(e) = self.entries.get_mut(&s) else {
                 continue;
             };
@@ -166,11 +165,7 @@ impl PeerTable {
             }
             e.queued = None;
             if e.refs > 0 || e.state != RState::Live || e.prepinned {
-                continue;
-            }
-            if e.stamp > seq && e.stamp <= now {
-                e.queued = Some(self.fifo.push(s));
-                continue;
+                continue; // in use again: queued anew when released
             }
             self.remove(s);
             return Some(s);
@@ -323,7 +318,6 @@ impl PeerTable {
                     gen: self.next_gen,
                     prepinned: pre,
                     queued,
-                    stamp: 0,
                 },
             );
             if !pre {
@@ -447,7 +441,6 @@ impl Plan {
                     gen: 0,
                     prepinned: false,
                     queued: None,
-                    stamp: 0,
                 },
             );
             t.used += 1;

@@ -1,13 +1,13 @@
 //! The victim FIFO (seed 000 §3.1, Table 2): pinned units whose reference count fell
 //! to zero, oldest first, so the least recently used is evicted first.
 //!
-//! Guarantees: O(1) amortised push and pop ("all bookkeeping O(1)", seed 002). The
-//! queue is *lazy*: the owning table stores, in each unit, the sequence number of its
-//! one valid entry (`queued`); entries whose number no longer matches (the unit was
-//! reused, re-queued or removed) are skipped when popped. Together with a use stamp
-//! in the unit this gives second-chance LRU: a unit used again since it was queued is
-//! re-queued as the newest instead of being evicted, without touching the queue on
-//! the hit path.
+//! Guarantees: O(1) amortised push and pop ("all bookkeeping O(1)", seed 002), exact
+//! LRU order. The queue is *lazy*: a unit is pushed again every time it becomes
+//! unreferenced, and the owning table stores in the unit the sequence number of its
+//! newest entry (`queued`); older entries of the same unit (and entries of units since
+//! reused or removed) are skipped when popped, so nothing is ever searched or unlinked.
+//! `compact` drops stale entries when they outnumber the live ones, which bounds the
+//! queue by a constant factor of the units it describes.
 
 use std::collections::VecDeque;
 
@@ -36,9 +36,12 @@ impl VictimFifo {
         self.q.len()
     }
 
-    /// The sequence number the next push will get (for use stamps).
-    pub fn now(&self) -> u64 {
-        self.next
+    /// Keep only the entries `valid` approves, in order, when stale ones have
+    /// piled up beyond twice `live` (+ slack).
+    pub fn compact(&mut self, live: usize, mut valid: impl FnMut(u64, usize) -> bool) {
+        if self.q.len() > 2 * live + 64 {
+            self.q.retain(|&(s, k)| valid(s, k));
+        }
     }
 
     /// Drop every entry (the owner clears its `queued` marks).
