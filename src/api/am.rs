@@ -173,7 +173,6 @@ impl AmState {
         h[H_INVAL_ACK as usize] = Some(Handler::Internal(super::mem::handle_inval_ack));
         h[super::fh::H_FH_MOVE as usize] = Some(Handler::Internal(super::fh::handle_move));
         h[super::fh::H_FH_ANSWER as usize] = Some(Handler::Internal(super::fh::handle_answer));
-        h[super::fh::H_FH_RELEASE as usize] = Some(Handler::Internal(super::fh::handle_release));
         AmState {
             handlers: RwLock::new(h),
             peers: (0..size)

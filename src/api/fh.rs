@@ -37,7 +37,6 @@ use std::time::Instant;
 
 pub const H_FH_MOVE: u8 = 5;
 pub const H_FH_ANSWER: u8 = 6;
-pub const H_FH_RELEASE: u8 = 7;
 
 /// Answer entry kinds.
 const KIND_UNIT: u64 = 0;
@@ -556,14 +555,12 @@ impl CtxInner {
                 t.release(*h);
             }
             if self.strategy() == Strategy::RendezvousUnpin {
-                // The baseline unpins after every operation.
-                let mut rel = std::mem::take(&mut t.deferred);
+                // The baseline unpins after every operation: the release rides on the
+                // next move to that rank (a separate message could be handled after
+                // that move — MPI may complete our pre-posted receives out of order —
+                // and the target would briefly hold more than f of our firehoses).
                 while let Some(s) = t.evict_one() {
-                    rel.push(s);
-                }
-                drop(t);
-                if !rel.is_empty() {
-                    self.send_releases(p.rank, &rel);
+                    t.deferred.push(s);
                 }
             }
         }
@@ -573,29 +570,6 @@ impl CtxInner {
             for h in p.local {
                 l.local_release(h, &mut pinner);
             }
-        }
-    }
-
-    /// Release firehoses without a move (rendezvous-unpin, finalize). From handler
-    /// context the releases are deferred to the next move instead.
-    fn send_releases(&self, rank: usize, rel: &[usize]) {
-        if am::in_handler() {
-            self.fh.peers[rank].lock().deferred.extend_from_slice(rel);
-            return;
-        }
-        let mut payload = Vec::with_capacity(rel.len() * 8);
-        for &r in rel {
-            payload.extend_from_slice(&(r as u64).to_le_bytes());
-        }
-        if let Err(e) = self.am_request(
-            rank,
-            Category::Medium,
-            H_FH_RELEASE,
-            &[rel.len() as u64],
-            &payload,
-            None,
-        ) {
-            self.record_async_error(e);
         }
     }
 
@@ -1443,23 +1417,4 @@ pub(crate) fn handle_answer(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
 /// Largest carried get a target answers (it must fit the answer frame).
 fn fh_putinmove_cap(ctx: &CtxInner) -> usize {
     ctx.fh.params.putinmove.min(ctx.am_max_medium() / 2)
-}
-
-/// Target side of a standalone release: args [n], payload n u64 unit starts.
-pub(crate) fn handle_release(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
-    let Some(&n) = f.args().first() else { return };
-    let Some(nums) =
-        read_u64s(f.payload, n as usize).filter(|_| (n as usize) <= f.payload.len() / 8)
-    else {
-        return;
-    };
-    let fh = &ctx.fh;
-    let mut l = fh.local.lock();
-    let mut pinner = CtxPinner { ctx };
-    for r in nums {
-        if !l.remote_release(tok.src, r as usize) {
-            ctx.count(&fh.stats.bad_releases, 1);
-        }
-    }
-    l.trim(&mut pinner);
 }
