@@ -721,7 +721,7 @@ impl CtxInner {
             100.0
         };
         format!(
-            "firehose[{}] stats: puts {} gets {} | hits {} misses {} pending-hits {} (hit rate {:.3}%) | local hits {} misses {} | moves sent {} handled {} put-in-move {} | pins {} unpins {} pinned {} B (peak {} B, limit {} B) victims {} B local, {} remote | f {} used {} | stalled {:.3} ms | AMs sent {} handled {}\n",
+            "firehose[{}] stats: puts {} gets {} | hits {} misses {} pending-hits {} (hit rate {:.3}%) | local hits {} misses {} | moves sent {} handled {} put-in-move {} | pins {} unpins {} pinned {} B (peak {} B, limit {} B) victims {} B local, {} remote | f {} used {} | stalled {:.3} ms | AMs sent {} handled {} | bad releases refused {}\n",
             self.rank,
             s.puts,
             s.gets,
@@ -745,7 +745,8 @@ impl CtxInner {
             s.firehoses_used,
             s.stall_ns as f64 / 1e6,
             s.am_sent,
-            s.am_handled
+            s.am_handled,
+            self.fh.stats.bad_releases.load(Ordering::Relaxed)
         )
     }
 

@@ -128,10 +128,6 @@ impl LocalTable {
         }
     }
 
-    pub fn params(&self) -> &Params {
-        &self.params
-    }
-
     pub fn len(&self) -> usize {
         self.units.len()
     }
@@ -147,14 +143,6 @@ impl LocalTable {
             .next_back()
             .filter(|(_, u)| u.end > addr)
             .map(|(&s, u)| (s, u))
-    }
-
-    /// Does any unit overlap `[a, b)`?
-    pub fn overlaps(&self, a: usize, b: usize) -> bool {
-        self.units
-            .range(..b)
-            .next_back()
-            .is_some_and(|(_, u)| u.end > a)
     }
 
     fn set_use(&mut self, before: Use, after: Use, len: usize) {

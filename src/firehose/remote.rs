@@ -392,14 +392,6 @@ impl PeerTable {
         Some((s, e, held))
     }
 
-    /// Live firehoses (start, end, refs), for tests.
-    pub fn live(&self) -> impl Iterator<Item = (usize, usize, u32)> + '_ {
-        self.entries
-            .iter()
-            .filter(|(_, e)| e.state == RState::Live && !e.prepinned)
-            .map(|(&s, e)| (s, e.end, e.refs))
-    }
-
     pub fn validate(&self) -> std::result::Result<(), String> {
         let mut prev = 0usize;
         let (mut idle, mut n) = (0, 0);

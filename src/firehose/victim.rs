@@ -31,11 +31,6 @@ impl VictimFifo {
         self.q.pop_front()
     }
 
-    /// Entries queued, stale ones included.
-    pub fn raw_len(&self) -> usize {
-        self.q.len()
-    }
-
     /// Keep only the entries `valid` approves, in order, when stale ones have
     /// piled up beyond twice `live` (+ slack).
     pub fn compact(&mut self, live: usize, mut valid: impl FnMut(u64, usize) -> bool) {
