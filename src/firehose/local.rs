@@ -175,7 +175,7 @@ impl LocalTable {
         f(u);
         let after = u.usage();
         let len = u.end - start;
-        if after == Use::Idle && before != Use::Idle {
+        if after == Use::Idle && before != Use::Idle && u.queued != Some(self.fifo.newest()) {
             // Newest in the victim FIFO (exact LRU; older entries become stale).
             u.queued = Some(self.fifo.push(start));
         }

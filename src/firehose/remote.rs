@@ -130,6 +130,9 @@ impl PeerTable {
         e.refs -= 1;
         if e.refs == 0 && !e.prepinned {
             self.idle += 1;
+            if e.queued == Some(self.fifo.newest()) {
+                return; // already the newest (the hot-hit case): nothing to move
+            }
             e.queued = Some(self.fifo.push(h.0));
             let entries = &self.entries;
             self.fifo.compact(self.idle, |seq, k| {

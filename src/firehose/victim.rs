@@ -26,6 +26,12 @@ impl VictimFifo {
         self.next
     }
 
+    /// Sequence number of the newest entry (0 if none was pushed).
+    #[inline]
+    pub fn newest(&self) -> u64 {
+        self.next
+    }
+
     /// The oldest entry (valid or stale: the owner decides).
     pub fn pop(&mut self) -> Option<(u64, usize)> {
         self.q.pop_front()
