@@ -75,7 +75,7 @@ $(BUILD)/fortran/firehose.o: include/firehose.f90
 
 $(BUILD)/c-tests/%: c-tests/%.c c-tests/common.h include/firehose.h | lib
 	@mkdir -p $(dir $@)
-	$(MPICC) $(CFLAGS) -Iinclude -Ic-tests $< -o $@ $(LINK)
+	$(MPICC) $(CFLAGS) -pthread -Iinclude -Ic-tests $< -o $@ $(LINK)
 
 $(BUILD)/examples/%: mpi-examples/%.c include/firehose.h | lib
 	@mkdir -p $(dir $@)

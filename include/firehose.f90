@@ -3,8 +3,8 @@
 ! Every function of firehose.h is available under the same name through a bind(C)
 ! interface, with the header's constants as named parameters and fh_config_t as an
 ! interoperable derived type. The rules of firehose.h apply unchanged (statuses,
-! handler rules, threads); read it for what each call does. fh_stats_t is an
-! interoperable derived type too.
+! handler rules, threads); read it for what each call does. fh_stats_t and
+! fh_thread_stats_t are interoperable derived types too.
 !
 ! Mapping of the C types:
 !   fh_ctx_t *, fh_token_t *, void * buffers, const char *, fh_config_t *
@@ -18,7 +18,8 @@
 !   int, unsigned int          integer(c_int), value
 !   fh_am_handler_t            type(c_funptr), value  (c_funloc of a bind(C)
 !                              subroutine with the fh_am_handler interface below)
-!   fh_pin_t *, fh_stats_t *   type(c_ptr), value      (c_loc(stats) for fh_stats_t)
+!   fh_pin_t *, fh_stats_t *, fh_thread_stats_t *
+!                              type(c_ptr), value      (c_loc(stats) for the stats types)
 !   fh_pin_t **pin_out         type(c_ptr), intent(out)
 !   const void **addr_out      type(c_ptr), intent(out)
 !   size_t *len_out            integer(c_size_t), intent(out)
@@ -135,7 +136,24 @@ module firehose
     integer(c_int64_t) :: gets
     integer(c_int64_t) :: put_bytes
     integer(c_int64_t) :: get_bytes
+    integer(c_int64_t) :: da_entries
+    integer(c_int64_t) :: da_wins
+    integer(c_int64_t) :: rollbacks
+    integer(c_int64_t) :: da_waits
+    integer(c_int64_t) :: da_stall_ns
   end type fh_stats_t
+
+  ! The calling thread's firehose-SMP counters (mirrors struct fh_thread_stats_t;
+  ! every field a C uint64_t). fh_stats_thread_get(c_loc(tstats)) sets struct_size.
+  type, bind(C) :: fh_thread_stats_t
+    integer(c_int64_t) :: struct_size
+    integer(c_int64_t) :: requests
+    integer(c_int64_t) :: da_entries
+    integer(c_int64_t) :: da_wins
+    integer(c_int64_t) :: rollbacks
+    integer(c_int64_t) :: da_waits
+    integer(c_int64_t) :: stall_ns
+  end type fh_thread_stats_t
 
   ! The interface an active message handler must have (pass c_funloc(handler)).
   ! args points to nargs 64-bit arguments (c_f_pointer(args, a, [nargs])); buf to
@@ -592,6 +610,17 @@ module firehose
       type(c_ptr), value :: ctx
       integer(c_int) :: fh_stats_reset
     end function fh_stats_reset
+
+    function fh_stats_thread_get(out) bind(C, name="fh_stats_thread_get")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: out
+      integer(c_int) :: fh_stats_thread_get
+    end function fh_stats_thread_get
+
+    function fh_stats_thread_reset() bind(C, name="fh_stats_thread_reset")
+      import :: c_int
+      integer(c_int) :: fh_stats_thread_reset
+    end function fh_stats_thread_reset
   end interface
 
 contains

@@ -127,6 +127,12 @@
 #define FH_ERR_INTERNAL -13
 
 /**
+ * Rounds a request polls in deadlock avoidance before it may post the DA flag
+ * (seed 000 Fig. 5's `DA_LIMIT`).
+ */
+#define DA_LIMIT 4
+
+/**
  * Opaque token passed to an AM handler: names the message's source and is the
  * only way to reply. Valid only during that handler call.
  */
@@ -262,7 +268,36 @@ typedef struct fh_stats_t {
   uint64_t gets;
   uint64_t put_bytes;
   uint64_t get_bytes;
+  /**
+   * Firehose-SMP (seed 000 §4, §5): acquisitions that left the easy path and
+   * entered deadlock avoidance; that posted the DA flag; rollbacks; sleeps on the
+   * "no deadlock" condition variable; nanoseconds spent in deadlock avoidance.
+   */
+  uint64_t da_entries;
+  uint64_t da_wins;
+  uint64_t rollbacks;
+  uint64_t da_waits;
+  uint64_t da_stall_ns;
 } fh_stats_t;
+
+/**
+ * Per-thread firehose counters (`fh_thread_stats_t`), over every context.
+ */
+typedef struct fh_thread_stats_t {
+  /**
+   * sizeof(fh_thread_stats_t) of the library (set by fh_stats_thread_get).
+   */
+  uint64_t struct_size;
+  /**
+   * Acquisitions that needed the table beyond a one-entry hit.
+   */
+  uint64_t requests;
+  uint64_t da_entries;
+  uint64_t da_wins;
+  uint64_t rollbacks;
+  uint64_t da_waits;
+  uint64_t stall_ns;
+} fh_thread_stats_t;
 
 /**
  * Settings. Initialise with `fh_config_init` (defaults, then FH_* environment), change
@@ -518,6 +553,20 @@ int fh_stats_get(const struct fh_ctx_t *ctx, struct fh_stats_t *out_stats);
  * Zero the counters of fh_stats_t (levels and parameters stay). Thread-safe.
  */
 int fh_stats_reset(struct fh_ctx_t *ctx);
+
+/**
+ * Copy the calling thread's firehose-SMP counters (summed over every context this
+ * thread used) into `*out_stats`: acquisitions beyond a one-entry hit, how many
+ * entered deadlock avoidance, posted the DA flag, rolled back, slept, and the time
+ * spent there. Thread-safe (each thread sees its own). Seed 000 §5's fairness is
+ * read by comparing these across threads.
+ */
+int fh_stats_thread_get(struct fh_thread_stats_t *out_stats);
+
+/**
+ * Zero the calling thread's counters of fh_thread_stats_t. Thread-safe.
+ */
+int fh_stats_thread_reset(void);
 
 /**
  * Fill `cfg` with the defaults, then the FH_* environment. A malformed environment

@@ -31,6 +31,23 @@
 #          $FH_BENCH_MISS_UNITS (default "region:1M region:64K page"), 2 ranks
 # BENCH_FIREHOSE=0 skips it, BENCH_FIREHOSE=only runs nothing else. Its 8-byte hit
 # and miss ratios join summary.txt and headline.txt.
+#
+# bench_smp (issue 4, Firehose-SMP: threads of a rank sharing one context under
+# MPI_THREAD_MULTIPLE) is not part of the generic loop either: one launch per mode,
+# each repeating its measurement inside (see bench/bench_smp.c), results in
+# <outdir>/smp/ (<mode>.txt = the printed report, smp_*.csv):
+#   fig8   seed 000 Fig. 8, 2 ranks, FH_FIREHOSE_MODE=page FH_FIREHOSE_M=32K (f = 8
+#          pages): T = 1, 2, 4, 8 threads of rank 0 doing 32 KiB puts, 10 runs of 1 s
+#          per T: puts/s per thread and aggregate, slowest/fastest thread (target
+#          >= 0.7), fraction of requests in deadlock avoidance
+#   gups   seed 000 Fig. 7, $SMP_BENCH_GUPS_NP ranks (default 4 = 2 nodes of 2 ranks):
+#          firehose misses per node, shared table (1 process x 2 threads) vs one
+#          table per process (2 processes x 1 thread)
+#   hit    $SMP_BENCH_HIT_NP ranks (default 9): CPU ns per 8-byte fh_put hit with 8
+#          threads (each its own peer) / 1 thread (target <= 1.5), MPI baseline too
+# <outdir>/smp/summary.txt collects the tables. BENCH_SMP=0 skips it,
+# BENCH_SMP=only runs nothing else; BENCH_SMP_MODES (default "fig8 gups hit")
+# picks modes. About 2 minutes in all.
 set -u
 bindir=${1:?usage: run-bench.sh <bindir> <outdir>}
 outdir=${2:?usage: run-bench.sh <bindir> <outdir>}
@@ -42,11 +59,15 @@ outdir=$(cd "$outdir" && pwd)
 
 benches=()
 for b in "$bindir"/bench_*; do
-  # bench_firehose takes a mode argument and runs in its own section below.
+  # bench_firehose and bench_smp take a mode argument and run in their own
+  # sections below.
   [ "${BENCH_FIREHOSE:-1}" = only ] && break
-  [ -x "$b" ] && [ "$(basename "$b")" != bench_firehose ] && benches+=("$b")
+  [ "${BENCH_SMP:-1}" = only ] && break
+  case "$(basename "$b")" in bench_firehose | bench_smp) continue ;; esac
+  [ -x "$b" ] && benches+=("$b")
 done
-[ ${#benches[@]} -gt 0 ] || [ -x "$bindir/bench_firehose" ] || { echo "run-bench: no bench_* programs in $bindir" >&2; exit 1; }
+[ ${#benches[@]} -gt 0 ] || [ -x "$bindir/bench_firehose" ] || [ -x "$bindir/bench_smp" ] ||
+  { echo "run-bench: no bench_* programs in $bindir" >&2; exit 1; }
 
 echo "firehose benchmarks: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(nproc) cores, load average$(uptime | sed 's/.*load average//')"
 [ ${#benches[@]} -gt 0 ] && echo "launcher: $MPIEXEC -np 2; $RUNS runs of: $(for b in "${benches[@]}"; do printf '%s ' "$(basename "$b")"; done)"
@@ -97,7 +118,7 @@ done
 # ------------------------------------------------------------ firehose (issue 3)
 fh_bin=$bindir/bench_firehose
 fdir=$outdir/firehose
-if [ -x "$fh_bin" ] && [ "${BENCH_FIREHOSE:-1}" != 0 ]; then
+if [ -x "$fh_bin" ] && [ "${BENCH_FIREHOSE:-1}" != 0 ] && [ "${BENCH_SMP:-1}" != only ]; then
   here=$(cd "$(dirname "$0")" && pwd)
   np=${FH_BENCH_NP:-2}
   fruns=${FH_BENCH_RUNS:-3}
@@ -173,6 +194,55 @@ if [ -x "$fh_bin" ] && [ "${BENCH_FIREHOSE:-1}" != 0 ]; then
   echo "bench_firehose: $(( $(date +%s) - fh_start )) s in all"
 fi
 
+# ------------------------------------------------------------ firehose-SMP (issue 4)
+smp_bin=$bindir/bench_smp
+sdir=$outdir/smp
+if [ -x "$smp_bin" ] && [ "${BENCH_SMP:-1}" != 0 ] && [ "${BENCH_FIREHOSE:-1}" != only ]; then
+  rm -rf "$sdir"
+  mkdir -p "$sdir"
+  smp_start=$(date +%s)
+  echo "smp: loadavg $(cut -d' ' -f1-4 /proc/loadavg) at start" >>"$outdir/load.txt"
+  smp_run() { # mode env-and-command... (report in <sdir>/<mode>.txt, also printed)
+    local mode=$1 rc
+    shift
+    echo; echo "################ bench_smp $mode  [$*]"
+    timeout "$TIMEOUT" "$@" > >(tee "$sdir/$mode.txt") 2>"$sdir/$mode.err"
+    rc=$?
+    if [ "$rc" != 0 ]; then
+      echo "FAIL: bench_smp $mode exited with status $rc" >&2
+      tail -20 "$sdir/$mode.err" >&2
+      fail=$((fail+1))
+    fi
+  }
+  for m in ${BENCH_SMP_MODES:-fig8 gups hit}; do
+    case $m in
+    # shellcheck disable=SC2086 # MPIEXEC holds a command and its flags
+    fig8) smp_run fig8 env FH_FIREHOSE_MODE=page FH_FIREHOSE_M=32K $MPIEXEC -np 2 "$smp_bin" fig8 "$sdir" ;;
+    # shellcheck disable=SC2086
+    gups) smp_run gups $MPIEXEC -np "${SMP_BENCH_GUPS_NP:-4}" "$smp_bin" gups "$sdir" ;;
+    # shellcheck disable=SC2086
+    hit) smp_run hit $MPIEXEC -np "${SMP_BENCH_HIT_NP:-9}" "$smp_bin" hit "$sdir" ;;
+    *) echo "run-bench: unknown bench_smp mode '$m'" >&2; fail=$((fail+1)) ;;
+    esac
+  done
+  {
+    for m in ${BENCH_SMP_MODES:-fig8 gups hit}; do
+      [ -s "$sdir/$m.txt" ] && { echo "bench_smp $m:"; cat "$sdir/$m.txt"; echo; }
+    done
+    echo "firehose-SMP targets:"
+    if [ -f "$sdir/smp_fig8.csv" ]; then
+      awk -F, 'NR > 1 && $1 > 1 { printf "  fig8 T=%-2s slowest/fastest thread %.3f (min over runs %.3f)  target >= 0.7: %s\n",
+                                  $1, $6, $7, ($6 >= 0.7 ? "met" : "MISSED") }' "$sdir/smp_fig8.csv"
+    fi
+    if [ -f "$sdir/smp_hit.csv" ]; then
+      awk -F, '$1 == "fh" && $2 > 1 { printf "  hit: fh_put CPU ns/op, %s threads / 1 thread %.3f  target <= 1.5: %s\n",
+                                      $2, $8, ($8 <= 1.5 ? "met" : "MISSED") }
+               $1 == "MPI" && $2 > 1 { printf "       (MPI_Put+flush alone: %.3f)\n", $8 }' "$sdir/smp_hit.csv"
+    fi
+  } >"$sdir/summary.txt"
+  echo "bench_smp: $(( $(date +%s) - smp_start )) s in all; summary: $sdir/summary.txt"
+fi
+
 # Medians over the runs. (mawk-compatible: no asort.)
 summarise() { # merged csv files...
   awk -F, '
@@ -227,6 +297,11 @@ if [ ${#csvs[@]} -gt 0 ]; then
   echo "################ medians over the runs (all rows: $outdir/summary.txt)"
   cat "$outdir/summary.txt"
   cat "$outdir/headline.txt"
+fi
+if [ -f "$sdir/summary.txt" ]; then
+  echo
+  echo "################ firehose-SMP (bench_smp; tables: $sdir/summary.txt)"
+  sed -n '/^firehose-SMP targets:/,$p' "$sdir/summary.txt"
 fi
 echo "load average at the end$(uptime | sed 's/.*load average//')"
 [ "$fail" = 0 ] || { echo "run-bench: $fail benchmark run(s) failed" >&2; exit 1; }

@@ -61,6 +61,14 @@ extra test_fh_limits_np2 2 - FH_REGISTRATION=pin-everything "${SMALL[@]}"
 extra test_fh_limits_np2 2 - FH_REGISTRATION=rendezvous-keep "${SMALL[@]}"
 # A tiny RLIMIT_MEMLOCK with the library's defaults.
 extra test_firehose 2 64
+# Firehose-SMP: 4 threads per rank share one context (the main loop runs the
+# defaults). Page mode with a small f (f = M / 4 KiB / (P-1) = 8 at 2 ranks, 4 at 4:
+# one 32 KiB access needs 8 pages), then a 4-page local share (MAXVICTIM) that the
+# threads' fh_local_pin calls fight over.
+extra test_fh_threads 2 - FH_FIREHOSE_MODE=page FH_FIREHOSE_M=32K
+extra test_fh_threads 4 - FH_FIREHOSE_MODE=page FH_FIREHOSE_M=48K
+extra test_fh_threads 2 - FH_FIREHOSE_MODE=page FH_FIREHOSE_M=32K FH_FIREHOSE_MAXVICTIM_M=16K
+extra test_fh_threads 4 - FH_FIREHOSE_MODE=page FH_FIREHOSE_M=48K FH_FIREHOSE_MAXVICTIM_M=16K
 
 echo "c-tests ($MPI)"
 echo "c-tests: $pass passed, $fail failed"

@@ -23,9 +23,10 @@
 use super::am::{self, Token, H_INVALIDATE};
 use super::ctx::CtxInner;
 use super::wire::{Category, Frame};
-use crate::firehose::local::{Held, LocalTable, Pinner};
+use crate::firehose::local::{Held, LocalBegin, LocalTable, Pinner};
 use crate::firehose::params::Params;
-use crate::firehose::remote::{PeerTable, Plan};
+use crate::firehose::remote::{Acq, PeerTable, Plan, Step};
+use crate::firehose::smp::{self, DaClient, DaGate, DaTally, Round};
 use crate::runtime::config::{Pin, Strategy};
 use crate::runtime::error::{Error, Result, Status};
 use crate::runtime::os;
@@ -61,6 +62,83 @@ pub struct FhStats {
     pub putinmove: AtomicU64,
     pub stall_ns: AtomicU64,
     pub bad_releases: AtomicU64,
+    /// Seed 000 §5's fairness counters: requests that left the easy path, posted
+    /// the DA flag, rolled back, slept on the condition variable; time they spent.
+    pub da_entries: AtomicU64,
+    pub da_wins: AtomicU64,
+    pub rollbacks: AtomicU64,
+    pub da_waits: AtomicU64,
+    pub da_stall_ns: AtomicU64,
+}
+
+/// Per-thread firehose counters (`fh_thread_stats_t`), over every context.
+#[derive(Default, Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ThreadStats {
+    /// sizeof(fh_thread_stats_t) of the library (set by fh_stats_thread_get).
+    pub struct_size: u64,
+    /// Acquisitions that needed the table beyond a one-entry hit.
+    pub requests: u64,
+    pub da_entries: u64,
+    pub da_wins: u64,
+    pub rollbacks: u64,
+    pub da_waits: u64,
+    pub stall_ns: u64,
+}
+
+thread_local! {
+    static THREAD_STATS: std::cell::Cell<ThreadStats> = const { std::cell::Cell::new(ThreadStats {
+        struct_size: 0, requests: 0, da_entries: 0, da_wins: 0, rollbacks: 0, da_waits: 0, stall_ns: 0,
+    }) };
+}
+
+thread_local! {
+    /// Explicit-pin references this thread holds: (context address, table index)
+    /// -> references (table index = peer rank, or the context size for local).
+    static MY_PIN_REFS: std::cell::RefCell<Vec<(usize, usize, u64)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn my_pin_refs_add(ctx: usize, idx: usize, n: u64, add: bool) {
+    if n == 0 {
+        return;
+    }
+    MY_PIN_REFS.with(|m| {
+        let mut m = m.borrow_mut();
+        match m.iter_mut().find(|e| e.0 == ctx && e.1 == idx) {
+            Some(e) => e.2 = if add { e.2 + n } else { e.2.saturating_sub(n) },
+            None if add => m.push((ctx, idx, n)),
+            None => {}
+        }
+        m.retain(|e| e.2 > 0);
+    });
+}
+
+/// While alive, this thread's pin references count as blocked (see
+/// `FhState::pin_refs_blocked`).
+struct Blocked<'a> {
+    fh: &'a FhState,
+    refs: Vec<(usize, u64)>,
+}
+
+impl Drop for Blocked<'_> {
+    fn drop(&mut self) {
+        for &(i, n) in &self.refs {
+            self.fh.pin_refs_blocked[i].fetch_sub(n, Ordering::AcqRel);
+        }
+    }
+}
+
+/// This thread's counters.
+pub fn thread_stats() -> ThreadStats {
+    let mut s = THREAD_STATS.with(|c| c.get());
+    s.struct_size = std::mem::size_of::<ThreadStats>() as u64;
+    s
+}
+
+/// Zero this thread's counters.
+pub fn thread_stats_reset() {
+    THREAD_STATS.with(|c| c.set(ThreadStats::default()));
 }
 
 impl FhStats {
@@ -79,6 +157,11 @@ impl FhStats {
             &self.putinmove,
             &self.stall_ns,
             &self.bad_releases,
+            &self.da_entries,
+            &self.da_wins,
+            &self.rollbacks,
+            &self.da_waits,
+            &self.da_stall_ns,
         ] {
             c.store(0, Ordering::Relaxed);
         }
@@ -126,10 +209,21 @@ pub struct PendingPin {
     pub cb: Box<dyn FnOnce(Result<Box<PinObj>>) + Send>,
 }
 
+/// A move request waiting for a local pin to finish.
+struct ParkedMove {
+    src: usize,
+    args: Vec<u64>,
+    payload: Vec<u8>,
+}
+
 pub struct FhState {
     pub params: Params,
     pub local: Mutex<LocalTable>,
     pub peers: Vec<Mutex<PeerTable>>,
+    /// Per peer: the deadlock-avoidance flag (seed 000 §4.1).
+    gates: Vec<DaGate>,
+    /// The same for the local table (M + MAXVICTIM).
+    local_gate: DaGate,
     moves: Mutex<HashMap<u64, MoveSlot>>,
     /// Moves carrying a get: id -> (destination, length), written by the answer.
     get_dst: Mutex<HashMap<u64, (usize, usize)>>,
@@ -137,7 +231,18 @@ pub struct FhState {
     /// reaches their sequence number.
     inflight: Mutex<Vec<VecDeque<(u64, OpPins)>>>,
     pub pending_pins: Mutex<Vec<PendingPin>>,
+    /// Moves whose handler met a local unit being pinned (seed 000 Table 3, fourth
+    /// row: handlers cannot poll or roll back): run again after every local pin.
+    parked: Mutex<Vec<ParkedMove>>,
     pub stats: FhStats,
+    /// References held by explicit pins (`fh_pin_t`), per peer table and (last)
+    /// in the local table.
+    pin_refs: Vec<AtomicU64>,
+    /// Of those, held by threads now blocked in a firehose acquisition: they cannot
+    /// release them before that acquisition ends. A request is stuck (and fails)
+    /// only when every reference it waits for is one of these — pins held by a
+    /// thread that is off doing other work may still be released, so it waits.
+    pin_refs_blocked: Vec<AtomicU64>,
     /// The conduit needs the local side of a transfer registered too.
     pub local_side: bool,
 }
@@ -149,10 +254,15 @@ impl FhState {
             peers: (0..size)
                 .map(|_| Mutex::new(PeerTable::default()))
                 .collect(),
+            gates: (0..size).map(|_| DaGate::default()).collect(),
+            local_gate: DaGate::default(),
             moves: Mutex::new(HashMap::new()),
             get_dst: Mutex::new(HashMap::new()),
             inflight: Mutex::new((0..size).map(|_| VecDeque::new()).collect()),
             pending_pins: Mutex::new(Vec::new()),
+            parked: Mutex::new(Vec::new()),
+            pin_refs: (0..=size).map(|_| AtomicU64::new(0)).collect(),
+            pin_refs_blocked: (0..=size).map(|_| AtomicU64::new(0)).collect(),
             stats: FhStats::default(),
             local_side,
             params,
@@ -253,6 +363,231 @@ pub enum Grant {
     Done,
 }
 
+/// A local request going through seed 000 §4.1's protocol (all or nothing, so a
+/// rollback has nothing to return).
+struct LocalReq<'a> {
+    ctx: &'a CtxInner,
+    addr: usize,
+    len: usize,
+    /// The table's release count at the last step.
+    epoch: u64,
+    /// Set once the request waits (see `DaClient::blocking`).
+    blocked: Option<Blocked<'a>>,
+}
+
+impl DaClient for LocalReq<'_> {
+    type Out = Result<Vec<Held>>;
+    type Err = Error;
+
+    fn step(&mut self) -> Round<Result<Vec<Held>>> {
+        let ctx = self.ctx;
+        let fh = &ctx.fh;
+        let (a, b) = (self.addr, self.addr + self.len);
+        let begin = {
+            let mut l = fh.local.lock();
+            self.epoch = l.releases;
+            l.local_begin(a, b, &mut CtxPinner { ctx })
+        };
+        let r = self.finish(begin);
+        // Moves parked on units that are pinned (or dropped) now can run.
+        if !fh.parked.lock().is_empty() {
+            ctx.fh_drain_parked();
+        }
+        r
+    }
+
+    fn rollback(&mut self) {}
+
+    fn try_hit(&mut self) -> Option<Result<Vec<Held>>> {
+        let (a, b) = (self.addr, self.addr + self.len);
+        let h = self.ctx.fh.local.lock().local_try(a, b, false)?;
+        Some(Ok(h.2))
+    }
+
+    fn holds(&self) -> bool {
+        false
+    }
+
+    fn poll(&mut self, _wait: bool) -> Result<bool> {
+        let ctx = self.ctx;
+        let fh = &ctx.fh;
+        if fh.inflight.lock().iter().any(|q| !q.is_empty()) {
+            ctx.rma_flush_all()?;
+            return Ok(true);
+        }
+        if ctx.progress_once()? > 0 {
+            return Ok(true);
+        }
+        // Stuck only if nothing was released since our step and every local
+        // reference belongs to an explicit pin whose thread is blocked here too.
+        let stuck = {
+            let l = fh.local.lock();
+            let (refs, pinning) = l.local_refs();
+            l.releases == self.epoch
+                && !pinning
+                && refs <= fh.pin_refs_blocked[ctx.size].load(Ordering::Acquire)
+        };
+        if !stuck {
+            std::thread::yield_now();
+        }
+        Ok(!stuck)
+    }
+
+    fn blocking(&mut self) {
+        if self.blocked.is_none() {
+            self.blocked = Some(self.ctx.fh_blocked(self.ctx.size));
+        }
+    }
+
+    fn exhausted(&mut self) -> Error {
+        err!(
+            NoResource,
+            "local pinnable share (MAXVICTIM = {} units) is held by pins that were not released",
+            self.ctx.fh.params.victim_units
+        )
+    }
+}
+
+impl LocalReq<'_> {
+    /// Phase two of a local request after [`LocalTable::local_begin`].
+    fn finish(&self, begin: Result<LocalBegin>) -> Round<Result<Vec<Held>>> {
+        match begin {
+            Err(e) => Round::Done(Err(e)),
+            Ok(LocalBegin::Done(h)) => Round::Done(Ok(h)),
+            Ok(LocalBegin::Busy) => Round::Conflict,
+            Ok(LocalBegin::Full) => Round::Short,
+            Ok(LocalBegin::Pin { held, pins }) => {
+                // Phase two, without the table lock (Table 3, third row).
+                let ctx = self.ctx;
+                let fh = &ctx.fh;
+                let results: Vec<Result<bool>> = pins
+                    .iter()
+                    .map(|&(s, e, _)| CtxPinner { ctx }.pin(s, e))
+                    .collect();
+                let r = fh
+                    .local
+                    .lock()
+                    .local_finish(held, &pins, results, &mut CtxPinner { ctx });
+                Round::Done(r)
+            }
+        }
+    }
+}
+
+/// A remote request going through seed 000 §4.1's protocol ([`smp::acquire`]).
+struct RemoteReq<'a> {
+    ctx: &'a CtxInner,
+    rank: usize,
+    acq: Acq,
+    /// The id the committed move goes by.
+    move_id: u64,
+    /// Moves the last round found in flight.
+    waits: Vec<u64>,
+    waited: bool,
+    /// The table's release count at the last step.
+    epoch: u64,
+    /// Set once the request waits (see `DaClient::blocking`).
+    blocked: Option<Blocked<'a>>,
+}
+
+impl DaClient for RemoteReq<'_> {
+    type Out = Step;
+    type Err = Error;
+
+    fn step(&mut self) -> Round<Step> {
+        let fh = &self.ctx.fh;
+        let id = self.ctx.new_id();
+        let st = {
+            let mut t = fh.peers[self.rank].lock();
+            self.epoch = t.releases;
+            t.step(&fh.params, &mut self.acq, id)
+        };
+        match st {
+            Step::Hit(_) => Round::Done(st),
+            Step::Commit { .. } => {
+                self.move_id = id;
+                Round::Done(st)
+            }
+            Step::Wait(w) => {
+                self.waits = w;
+                self.waited = true;
+                Round::Wait
+            }
+            Step::Short => Round::Short,
+            Step::Conflict => Round::Conflict,
+        }
+    }
+
+    fn rollback(&mut self) {
+        self.ctx.fh.peers[self.rank].lock().rollback(&mut self.acq);
+    }
+
+    fn try_hit(&mut self) -> Option<Step> {
+        let (a, b) = (self.acq.addr, self.acq.addr + self.acq.len);
+        let h = self.ctx.fh.peers[self.rank].lock().partial(a, b, true)?;
+        Some(Step::Hit(h.2))
+    }
+
+    fn holds(&self) -> bool {
+        !self.acq.is_clear()
+    }
+
+    fn poll(&mut self, wait: bool) -> Result<bool> {
+        if wait {
+            self.ctx.wait_moves(&std::mem::take(&mut self.waits))?;
+            return Ok(true);
+        }
+        // seed 000 §3.4 "steady state": poll until operations in flight complete and
+        // give their firehoses back.
+        if self.ctx.fh_recover(self.rank)? {
+            return Ok(true);
+        }
+        let fh = &self.ctx.fh;
+        let pins = fh.pin_refs_blocked[self.rank].load(Ordering::Acquire);
+        let stuck = {
+            let t = fh.peers[self.rank].lock();
+            let st = t.releases == self.epoch && t.only_pins_hold(&self.acq, pins);
+            if st && crate::runtime::config::debug_tables() {
+                eprintln!(
+                    "POLL-STUCK {:?} pins {} epoch {}\n{}",
+                    self.acq,
+                    pins,
+                    self.epoch,
+                    t.debug_summary()
+                );
+            }
+            st
+        };
+        if !stuck {
+            std::thread::yield_now();
+        }
+        Ok(!stuck)
+    }
+
+    fn blocking(&mut self) {
+        if self.blocked.is_none() {
+            self.blocked = Some(self.ctx.fh_blocked(self.rank));
+        }
+    }
+
+    fn exhausted(&mut self) -> Error {
+        if crate::runtime::config::debug_tables() {
+            eprintln!(
+                "STUCK req {:?} epoch {}\n{}",
+                self.acq,
+                self.epoch,
+                self.ctx.fh.peers[self.rank].lock().debug_summary()
+            );
+        }
+        err!(
+            NoResource,
+            "all {} firehoses to rank {} are held by pins that were not released (fh_release them)",
+            self.ctx.fh.params.f,
+            self.rank
+        )
+    }
+}
+
 impl CtxInner {
     pub fn fh(&self) -> &FhState {
         &self.fh
@@ -343,37 +678,39 @@ impl CtxInner {
         let mut missed = false;
         let mut waited = false;
         let t0 = Instant::now();
+        // References kept from our own committed move until the request is served
+        // (so no other request can replace those firehoses meanwhile).
+        let mut keep: Vec<Held> = Vec::new();
         let res = loop {
-            let id = self.new_id();
-            let plan = fh.peers[rank]
-                .lock()
-                .plan(&fh.params, addr, len, id, always && first);
-            match plan {
-                Plan::Hit(held) => {
+            let req = self.new_id();
+            let mut c = RemoteReq {
+                ctx: self,
+                rank,
+                acq: Acq::new(req, addr, len, always && first),
+                move_id: 0,
+                waits: Vec::new(),
+                waited: false,
+                epoch: 0,
+                blocked: None,
+            };
+            let mut tally = DaTally::default();
+            let r = smp::acquire(&fh.gates[rank], req, &mut c, &mut tally);
+            c.blocked = None;
+            self.fh_tally(&tally);
+            waited |= c.waited;
+            match r {
+                Err(e) => break Err(e),
+                Ok(Step::Hit(held)) => {
                     break Ok(Grant::Pins(OpPins {
                         rank,
                         remote: held,
                         local: vec![],
                     }))
                 }
-                Plan::Wait(ids) => {
-                    waited = true;
-                    self.wait_moves(&ids)?;
-                }
-                Plan::NeedReplacements => {
-                    // seed 000 §3.4 "steady state": poll until operations in flight
-                    // complete and give their firehoses back.
-                    if !self.fh_recover(rank)? {
-                        break Err(err!(
-                            NoResource,
-                            "all {} firehoses to rank {} are held by pins that were not released (fh_release them)",
-                            fh.params.f,
-                            rank
-                        ));
-                    }
-                }
-                Plan::Move { releases, pins } => {
+                Ok(Step::Commit { releases, pins }) => {
                     missed = true;
+                    let id = c.move_id;
+                    keep.append(&mut c.acq.held);
                     let room = self
                         .am_max_medium()
                         .saturating_sub(8 * releases.len() + 40 * pins.len());
@@ -383,15 +720,55 @@ impl CtxInner {
                         Carry::None
                     };
                     let done = self.send_move(rank, id, &releases, &pins, addr, len, carry);
+                    keep.append(&mut fh.peers[rank].lock().take_handoff(id));
                     match done {
                         Ok(true) => break Ok(Grant::Done),
                         Ok(false) => {}
                         Err(e) => break Err(e),
                     }
+                    // Our move is answered and `keep` holds its units: the range is
+                    // normally a hit now. Take it without the gate (never wait there
+                    // holding references: the DA winner may need them).
+                    let mut acq = Acq::new(self.new_id(), addr, len, false);
+                    let mut t = fh.peers[rank].lock();
+                    // (u64::MAX: a move id never used, in case it commits.)
+                    match t.step(&fh.params, &mut acq, u64::MAX) {
+                        Step::Hit(held) => {
+                            for h in keep.drain(..) {
+                                t.release(h);
+                            }
+                            break Ok(Grant::Pins(OpPins {
+                                rank,
+                                remote: held,
+                                local: vec![],
+                            }));
+                        }
+                        Step::Commit { .. } => {
+                            // That move is never sent: undo.
+                            t.abort_move(u64::MAX);
+                            for h in std::mem::take(&mut acq.held) {
+                                t.release(h);
+                            }
+                        }
+                        _ => t.rollback(&mut acq),
+                    }
+                    for h in keep.drain(..) {
+                        t.release(h);
+                    }
+                }
+                Ok(other) => {
+                    debug_assert!(false, "acquire returned {other:?}");
+                    break Err(err!(Internal, "firehose acquisition ended in {:?}", other));
                 }
             }
             first = false;
         };
+        if !keep.is_empty() {
+            let mut t = fh.peers[rank].lock();
+            for h in keep {
+                t.release(h);
+            }
+        }
         if missed {
             self.count(&fh.stats.misses, 1);
         } else if waited {
@@ -403,6 +780,50 @@ impl CtxInner {
             self.count(&fh.stats.stall_ns, t0.elapsed().as_nanos() as u64);
         }
         res
+    }
+
+    /// Count this thread's pin references in table `idx` as blocked on that
+    /// table's gate until the guard drops. (A thread blocked on another gate will
+    /// get going once that gate's resources free up, independently of this one.)
+    fn fh_blocked(&self, idx: usize) -> Blocked<'_> {
+        let me = self as *const CtxInner as usize;
+        let refs: Vec<(usize, u64)> = MY_PIN_REFS.with(|m| {
+            m.borrow()
+                .iter()
+                .filter(|e| e.0 == me && e.1 == idx)
+                .map(|e| (e.1, e.2))
+                .collect()
+        });
+        for &(i, n) in &refs {
+            self.fh.pin_refs_blocked[i].fetch_add(n, Ordering::AcqRel);
+        }
+        Blocked { fh: &self.fh, refs }
+    }
+
+    /// Add one acquisition's deadlock-avoidance counters to the context's and this
+    /// thread's statistics.
+    fn fh_tally(&self, t: &DaTally) {
+        let st = &self.fh.stats;
+        let ns = t.stalled.as_nanos() as u64;
+        if t.entered {
+            self.count(&st.da_entries, 1);
+            self.count(&st.da_stall_ns, ns);
+        }
+        if t.won {
+            self.count(&st.da_wins, 1);
+        }
+        self.count(&st.rollbacks, t.rollbacks);
+        self.count(&st.da_waits, t.waits);
+        THREAD_STATS.with(|c| {
+            let mut x = c.get();
+            x.requests += 1;
+            x.da_entries += t.entered as u64;
+            x.da_wins += t.won as u64;
+            x.rollbacks += t.rollbacks;
+            x.da_waits += t.waits;
+            x.stall_ns += if t.entered { ns } else { 0 };
+            c.set(x);
+        });
     }
 
     /// Send one move and wait for its answer. Returns whether a carried put was
@@ -559,9 +980,7 @@ impl CtxInner {
                 // next move to that rank (a separate message could be handled after
                 // that move — MPI may complete our pre-posted receives out of order —
                 // and the target would briefly hold more than f of our firehoses).
-                while let Some(s) = t.evict_one() {
-                    t.deferred.push(s);
-                }
+                while t.evict_one().is_some() {}
             }
         }
         if !p.local.is_empty() {
@@ -574,38 +993,45 @@ impl CtxInner {
     }
 
     /// Pin local `[addr, addr+len)` for an operation (conduits that need the local
-    /// side registered), waiting for local references to drain if the local share
-    /// is used up.
+    /// side registered, and `fh_local_pin`): seed 000 §4.1's local protocol — an
+    /// all-or-nothing two-phase request; when the local share is used up or a unit
+    /// it needs is being pinned by another thread it holds nothing and retries, and
+    /// after `DA_LIMIT` rounds it posts the local DA flag so the others wait.
     pub fn fh_acquire_local(&self, addr: usize, len: usize) -> Result<Vec<Held>> {
         let fh = &self.fh;
-        let mut missed = false;
-        loop {
-            let r = {
-                let mut l = fh.local.lock();
-                if let Some((_, _, h)) = l.local_try(addr, addr + len, false) {
-                    if !missed {
-                        self.count(&fh.stats.local_hits, 1);
-                    }
-                    return Ok(h);
-                }
-                missed = true;
-                let mut pinner = CtxPinner { ctx: self };
-                l.local_acquire(addr, addr + len, &mut pinner)?
-            };
-            if let Some(h) = r {
-                self.count(&fh.stats.local_misses, 1);
+        {
+            let mut l = fh.local.lock();
+            if let Some((_, _, h)) = l.local_try(addr, addr + len, false) {
+                self.count(&fh.stats.local_hits, 1);
                 return Ok(h);
             }
-            // Local share used up: complete operations in flight and retry.
-            let any = fh.inflight.lock().iter().any(|q| !q.is_empty());
-            if !any {
-                bail!(
-                    NoResource,
-                    "local pinnable share (MAXVICTIM = {} units) is held by pins that were not released",
-                    fh.params.victim_units
-                );
-            }
-            self.rma_flush_all()?;
+        }
+        let req = self.new_id();
+        let mut c = LocalReq {
+            ctx: self,
+            addr,
+            len,
+            epoch: 0,
+            blocked: None,
+        };
+        let mut tally = DaTally::default();
+        let r = smp::acquire(&fh.local_gate, req, &mut c, &mut tally);
+        self.fh_tally(&tally);
+        let held = r??;
+        self.count(&fh.stats.local_misses, 1);
+        Ok(held)
+    }
+
+    /// Run the moves handlers parked because they met a unit being pinned, and
+    /// answer them (by request: their handler returned long ago).
+    fn fh_drain_parked(&self) {
+        let list = std::mem::take(&mut *self.fh.parked.lock());
+        for pm in list {
+            let reply = |args: &[u64], payload: &[u8]| {
+                let _ = self.am_request(pm.src, Category::Medium, H_FH_ANSWER, args, payload, None);
+            };
+            // Parks itself again if the unit is still being pinned.
+            process_move(self, pm.src, &pm.args, &pm.payload, &reply);
         }
     }
 
@@ -721,7 +1147,7 @@ impl CtxInner {
             100.0
         };
         format!(
-            "firehose[{}] stats: puts {} gets {} | hits {} misses {} pending-hits {} (hit rate {:.3}%) | local hits {} misses {} | moves sent {} handled {} put-in-move {} | pins {} unpins {} pinned {} B (peak {} B, limit {} B) victims {} B local, {} remote | f {} used {} | stalled {:.3} ms | AMs sent {} handled {} | bad releases refused {}\n",
+            "firehose[{}] stats: puts {} gets {} | hits {} misses {} pending-hits {} (hit rate {:.3}%) | local hits {} misses {} | moves sent {} handled {} put-in-move {} | pins {} unpins {} pinned {} B (peak {} B, limit {} B) victims {} B local, {} remote | f {} used {} | stalled {:.3} ms | DA entries {} wins {} rollbacks {} waits {} ({:.3} ms) | AMs sent {} handled {} | bad releases refused {}\n",
             self.rank,
             s.puts,
             s.gets,
@@ -744,6 +1170,11 @@ impl CtxInner {
             s.firehoses_per_peer,
             s.firehoses_used,
             s.stall_ns as f64 / 1e6,
+            s.da_entries,
+            s.da_wins,
+            s.rollbacks,
+            s.da_waits,
+            s.da_stall_ns as f64 / 1e6,
             s.am_sent,
             s.am_handled,
             self.fh.stats.bad_releases.load(Ordering::Relaxed)
@@ -795,6 +1226,11 @@ impl CtxInner {
             gets: st.gets,
             put_bytes: st.put_bytes,
             get_bytes: st.get_bytes,
+            da_entries: g(&fh.stats.da_entries),
+            da_wins: g(&fh.stats.da_wins),
+            rollbacks: g(&fh.stats.rollbacks),
+            da_waits: g(&fh.stats.da_waits),
+            da_stall_ns: g(&fh.stats.da_stall_ns),
         }
     }
 
@@ -841,6 +1277,11 @@ impl CtxInner {
 
     /// `fh_local_pin` and its try/partial forms.
     pub fn local_pin(&self, addr: usize, len: usize, how: PinHow) -> Result<Box<PinObj>> {
+        self.local_pin_inner(addr, len, how)
+            .map(|p| self.tracked(p))
+    }
+
+    fn local_pin_inner(&self, addr: usize, len: usize, how: PinHow) -> Result<Box<PinObj>> {
         self.check_live()?;
         let end = self.check_range(addr, len)?;
         if self.plain_access(self.rank, addr, len).is_some() {
@@ -893,6 +1334,17 @@ impl CtxInner {
 
     /// `fh_try_remote_pin` / `fh_partial_remote_pin`.
     pub fn remote_pin_try(
+        &self,
+        rank: usize,
+        addr: usize,
+        len: usize,
+        partial: bool,
+    ) -> Result<Box<PinObj>> {
+        self.remote_pin_try_inner(rank, addr, len, partial)
+            .map(|p| self.tracked(p))
+    }
+
+    fn remote_pin_try_inner(
         &self,
         rank: usize,
         addr: usize,
@@ -959,6 +1411,11 @@ impl CtxInner {
 
     /// `fh_remote_pin`, blocking.
     pub fn remote_pin(&self, rank: usize, addr: usize, len: usize) -> Result<Box<PinObj>> {
+        self.remote_pin_inner(rank, addr, len)
+            .map(|p| self.tracked(p))
+    }
+
+    fn remote_pin_inner(&self, rank: usize, addr: usize, len: usize) -> Result<Box<PinObj>> {
         self.check_live()?;
         am::check_not_in_handler("fh_remote_pin")?;
         self.check_range(addr, len)?;
@@ -1049,7 +1506,7 @@ impl CtxInner {
             .lock()
             .plan(&fh.params, pp.addr, pp.len, id, false);
         match plan {
-            Plan::Hit(held) => Ok(Some(Box::new(PinObj {
+            Plan::Hit(held) => Ok(Some(self.tracked(Box::new(PinObj {
                 magic: PIN_MAGIC,
                 start: pp.addr,
                 len: pp.len,
@@ -1059,7 +1516,7 @@ impl CtxInner {
                     remote: held,
                     local: vec![],
                 },
-            }))),
+            })))),
             Plan::Wait(ids) => {
                 pp.waits = ids;
                 Ok(None)
@@ -1128,12 +1585,52 @@ impl CtxInner {
 
     /// `fh_release`.
     pub fn release_pin(&self, pin: PinObj) -> Result<()> {
+        let (rank, nr, nl) = (pin.pins.rank, pin.pins.remote.len(), pin.pins.local.len());
         self.fh_release_pins(pin.pins);
+        // Uncounted only after the references are gone (a waiter comparing the
+        // two may see more references than pins, never fewer: it keeps waiting).
+        self.fh.pin_refs[rank].fetch_sub(nr as u64, Ordering::AcqRel);
+        self.fh.pin_refs[self.size].fetch_sub(nl as u64, Ordering::AcqRel);
+        let me = self as *const CtxInner as usize;
+        my_pin_refs_add(me, rank, nr as u64, false);
+        my_pin_refs_add(me, self.size, nl as u64, false);
         Ok(())
+    }
+
+    /// Count an explicit pin's references (see `FhState::pin_refs`).
+    fn tracked(&self, p: Box<PinObj>) -> Box<PinObj> {
+        let fh = &self.fh;
+        fh.pin_refs[p.pins.rank].fetch_add(p.pins.remote.len() as u64, Ordering::AcqRel);
+        fh.pin_refs[self.size].fetch_add(p.pins.local.len() as u64, Ordering::AcqRel);
+        let me = self as *const CtxInner as usize;
+        my_pin_refs_add(me, p.pins.rank, p.pins.remote.len() as u64, true);
+        my_pin_refs_add(me, self.size, p.pins.local.len() as u64, true);
+        p
     }
 
     /// Is `[addr, addr+len)` fully covered by `rank`'s explicitly registered region
     /// we know of?
+    /// Every peer table's state (for debugging hangs in tests).
+    pub fn fh_debug_dump(&self) -> String {
+        let mut out = format!(
+            "rank {}: moves in flight {:?}, parked {}, inflight {:?}, pin refs {:?}, blocked {:?}\n",
+            self.rank,
+            self.fh.moves.lock().keys().collect::<Vec<_>>(),
+            self.fh.parked.lock().len(),
+            self.fh.inflight.lock().iter().map(|q| q.len()).collect::<Vec<_>>(),
+            self.fh.pin_refs.iter().map(|a| a.load(Ordering::Relaxed)).collect::<Vec<_>>(),
+            self.fh.pin_refs_blocked.iter().map(|a| a.load(Ordering::Relaxed)).collect::<Vec<_>>()
+        );
+        for (r, p) in self.fh.peers.iter().enumerate() {
+            if let Some(p) = p.try_lock() {
+                out += &format!(" peer {r}: {}", p.debug_summary());
+            } else {
+                out += &format!(" peer {r}: (locked)\n");
+            }
+        }
+        out
+    }
+
     pub fn fh_debug_validate(&self) -> std::result::Result<(), String> {
         self.fh.local.lock().validate()?;
         for (r, p) in self.fh.peers.iter().enumerate() {
@@ -1205,6 +1702,14 @@ pub struct FhSnapshot {
     pub gets: u64,
     pub put_bytes: u64,
     pub get_bytes: u64,
+    /// Firehose-SMP (seed 000 §4, §5): acquisitions that left the easy path and
+    /// entered deadlock avoidance; that posted the DA flag; rollbacks; sleeps on the
+    /// "no deadlock" condition variable; nanoseconds spent in deadlock avoidance.
+    pub da_entries: u64,
+    pub da_wins: u64,
+    pub rollbacks: u64,
+    pub da_waits: u64,
+    pub da_stall_ns: u64,
 }
 
 /// How a local pin behaves on a miss.
@@ -1236,6 +1741,21 @@ pub(crate) fn handle_move(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     if a.len() != 6 {
         return;
     }
+    let reply = |args: &[u64], payload: &[u8]| {
+        let _ = ctx.am_reply(tok, Category::Medium, H_FH_ANSWER, args, payload, None);
+    };
+    process_move(ctx, tok.src, a, f.payload, &reply);
+}
+
+/// The body of a move (see [`handle_move`]); answers through `reply`. False: parked
+/// (nothing was done yet; it runs again from [`CtxInner::fh_drain_parked`]).
+fn process_move(
+    ctx: &CtxInner,
+    src: usize,
+    a: &[u64],
+    body: &[u8],
+    reply: &dyn Fn(&[u64], &[u8]),
+) -> bool {
     let (id, nrel, npins, oaddr, olen, okind) = (
         a[0],
         a[1] as usize,
@@ -1254,10 +1774,7 @@ pub(crate) fn handle_move(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     } else {
         0
     };
-    let body = f.payload;
-    let src = tok.src;
     let fh = &ctx.fh;
-    ctx.count(&fh.stats.moves_handled, 1);
     let mut status = Status::Ok;
     let mut out: Vec<u64> = Vec::new();
     let total = nrel
@@ -1275,6 +1792,22 @@ pub(crate) fn handle_move(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
             let unit = fh.params.unit_bytes;
             {
                 let mut l = fh.local.lock();
+                if nums[nrel..]
+                    .chunks_exact(2)
+                    .any(|p| p[1] > p[0] && l.any_pinning(p[0] as usize, p[1] as usize))
+                {
+                    // A piece meets a unit a local thread is pinning: park the move
+                    // (handlers never wait). Parked under the table lock, so the
+                    // pinning thread, which finishes under it too, sees it when it
+                    // drains the queue after its pin.
+                    fh.parked.lock().push(ParkedMove {
+                        src,
+                        args: a.to_vec(),
+                        payload: body.to_vec(),
+                    });
+                    return false;
+                }
+                ctx.count(&fh.stats.moves_handled, 1);
                 let mut pinner = CtxPinner { ctx };
                 for &r in &nums[..nrel] {
                     if !l.remote_release(src, r as usize) {
@@ -1315,6 +1848,25 @@ pub(crate) fn handle_move(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
                     }
                 }
             }
+            if crate::runtime::config::debug_tables() {
+                let l = fh.local.lock();
+                let held: Vec<usize> = l
+                    .units()
+                    .filter(|(_, u)| u.holder_ranks().contains(&src))
+                    .map(|(s, _)| s)
+                    .collect();
+                if held.len() > fh.params.f {
+                    eprintln!(
+                        "[{}] OVER-F peer {} holds {:x?} after move {} rel {:x?} pins {:x?}",
+                        ctx.rank,
+                        src,
+                        held,
+                        id,
+                        &nums[..nrel],
+                        &nums[nrel..]
+                    );
+                }
+            }
             if status == Status::Ok && plen > 0 {
                 let data = &body[body.len() - plen..];
                 let covered =
@@ -1346,10 +1898,7 @@ pub(crate) fn handle_move(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
             Err(_) => payload.truncate(at),
         }
     }
-    let _ = ctx.am_reply(
-        tok,
-        Category::Medium,
-        H_FH_ANSWER,
+    reply(
         &[
             id,
             status.code() as i64 as u64,
@@ -1357,11 +1906,11 @@ pub(crate) fn handle_move(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
             putdone as u64,
         ],
         &payload,
-        None,
     );
     // Unpin what the releases left beyond the victim FIFO's limit only now, after
     // answering: the requester does not wait for it.
     fh.local.lock().trim(&mut CtxPinner { ctx });
+    true
 }
 
 /// Initiator side: enter the answer into the peer's table and wake the mover.

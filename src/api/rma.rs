@@ -263,11 +263,9 @@ impl CtxInner {
         let mut off = 0;
         while off < nbytes {
             let c = self.fh_chunk(remote + off, nbytes - off, local + off);
-            let lpins = if local_plain {
-                Vec::new()
-            } else {
-                self.fh_acquire_local(local + off, c)?
-            };
+            // Remote side first, holding nothing local while it waits (a thread
+            // waiting for firehoses while holding local pins, and one waiting for
+            // local pins while holding firehoses, would wait for each other).
             let carry = match dir {
                 Dir::Put => Carry::Put((local + off) as *const u8),
                 Dir::Get => Carry::Get((local + off) as *mut u8),
@@ -282,17 +280,7 @@ impl CtxInner {
             } else {
                 self.fh_acquire_remote(rank, remote + off, c, carry)
             };
-            let grant = match acquired {
-                Ok(g) => g,
-                Err(e) => {
-                    self.fh_release_pins(OpPins {
-                        rank,
-                        remote: vec![],
-                        local: lpins,
-                    });
-                    return Err(e);
-                }
-            };
+            let grant = acquired?;
             let (mut pins, carried) = match grant {
                 Grant::Done => (
                     OpPins {
@@ -304,7 +292,16 @@ impl CtxInner {
                 ),
                 Grant::Pins(p) => (p, false),
             };
-            pins.local = lpins;
+            if !carried && !local_plain {
+                // A carried transfer travelled in the move: no local pin needed.
+                match self.fh_acquire_local(local + off, c) {
+                    Ok(l) => pins.local = l,
+                    Err(e) => {
+                        self.fh_release_pins(pins);
+                        return Err(e);
+                    }
+                }
+            }
             if !carried {
                 // SAFETY: as above; the target range is covered by live firehoses
                 // (pinned and registered there until we release them, which happens

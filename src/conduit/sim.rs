@@ -356,15 +356,17 @@ impl Conduit for SimConduit {
 
     fn flush(&self, rank: usize) -> Result<()> {
         self.check_rank(rank)?;
-        let ops = std::mem::take(&mut self.node().pending.lock()[rank]);
+        // Complete under the lock: a concurrent flush by another thread must not
+        // return before the operations this one took have landed (MPI_Win_flush
+        // semantics: everything issued before the call is complete when it returns).
+        let mut g = self.node().pending.lock();
+        let ops = std::mem::take(&mut g[rank]);
         self.complete(rank, ops)
     }
 
     fn flush_all(&self) -> Result<()> {
-        let all: Vec<Vec<Op>> = std::mem::replace(
-            &mut *self.node().pending.lock(),
-            vec![Vec::new(); self.world.size()],
-        );
+        let mut g = self.node().pending.lock();
+        let all: Vec<Vec<Op>> = std::mem::replace(&mut *g, vec![Vec::new(); self.world.size()]);
         let mut res = Ok(());
         for (rank, ops) in all.into_iter().enumerate() {
             if let Err(e) = self.complete(rank, ops) {

@@ -3,7 +3,7 @@
 //! that manage pins themselves.
 
 use super::{ctx_ref, fh_ctx_t, out, OK};
-use crate::api::fh::{FhSnapshot, PinHow, PinObj, PIN_DEAD, PIN_MAGIC};
+use crate::api::fh::{FhSnapshot, PinHow, PinObj, ThreadStats, PIN_DEAD, PIN_MAGIC};
 use crate::runtime::error::{Result, Status};
 use std::os::raw::{c_int, c_void};
 
@@ -294,6 +294,30 @@ pub extern "C" fn fh_stats_reset(ctx: *mut fh_ctx_t) -> c_int {
         let c = unsafe { ctx_ref(ctx)? };
         c.check_live()?;
         c.fh_stats_reset();
+        OK
+    })
+}
+
+/// Copy the calling thread's firehose-SMP counters (summed over every context this
+/// thread used) into `*out_stats`: acquisitions beyond a one-entry hit, how many
+/// entered deadlock avoidance, posted the DA flag, rolled back, slept, and the time
+/// spent there. Thread-safe (each thread sees its own). Seed 000 §5's fairness is
+/// read by comparing these across threads.
+#[no_mangle]
+pub extern "C" fn fh_stats_thread_get(out_stats: *mut ThreadStats) -> c_int {
+    crate::ffi_boundary!(status {
+        let s = crate::api::fh::thread_stats();
+        // SAFETY: out() refuses NULL; the caller provides writable storage.
+        unsafe { out(out_stats, s, "out")? };
+        OK
+    })
+}
+
+/// Zero the calling thread's counters of fh_thread_stats_t. Thread-safe.
+#[no_mangle]
+pub extern "C" fn fh_stats_thread_reset() -> c_int {
+    crate::ffi_boundary!(status {
+        crate::api::fh::thread_stats_reset();
         OK
     })
 }

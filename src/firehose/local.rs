@@ -59,6 +59,10 @@ pub struct LocalUnit {
     pub gen: u64,
     /// Sequence number of this unit's valid victim-FIFO entry.
     queued: Option<u64>,
+    /// Phase one of a two-phase local pin (seed 000 Table 3, third row): reserved
+    /// and referenced by the pinning thread, which pins it without the table lock.
+    /// A local request meeting it rolls back; a handler meeting it parks its move.
+    pub pinning: bool,
 }
 
 impl LocalUnit {
@@ -90,6 +94,24 @@ impl LocalUnit {
 /// A reference a caller holds: (unit start, unit generation).
 pub type Held = (usize, u64);
 
+/// Phase one of a local request ([`LocalTable::local_begin`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum LocalBegin {
+    /// Everything was pinned already: references taken.
+    Done(Vec<Held>),
+    /// References taken; these reserved units `(start, end, gen)` must be pinned
+    /// (without the table lock) and then [`LocalTable::local_finish`]ed.
+    Pin {
+        held: Vec<Held>,
+        pins: Vec<(usize, usize, u64)>,
+    },
+    /// The range meets a unit another thread is pinning: nothing taken, retry.
+    Busy,
+    /// The local share (MAXVICTIM) is used up: nothing taken, retry after
+    /// operations in flight complete.
+    Full,
+}
+
 #[derive(Default, Clone, Copy, Debug)]
 pub struct LocalCounts {
     pub pins: u64,
@@ -98,6 +120,12 @@ pub struct LocalCounts {
     pub peak: usize,
     pub remote_units: usize,
     pub local_only_units: usize,
+    /// Units with at least one local reference, whatever else uses them. Bounded
+    /// by MAXVICTIM for new local references: with peers bounded by f (M in
+    /// all), referenced units never exceed M + MAXVICTIM, so a move always finds a
+    /// victim (threads pinning memory that peers also hold made local-only
+    /// counting overshoot when those peers released it).
+    pub local_refd_units: usize,
     pub idle_units: usize,
     pub idle_bytes: usize,
     pub mlock_failures: u64,
@@ -113,6 +141,8 @@ pub struct LocalTable {
     pub counts: LocalCounts,
     /// False between a release and the next `trim` (the FIFO may be over its limit).
     trimmed: bool,
+    /// References dropped and units removed so far (see `PeerTable::releases`).
+    pub releases: u64,
 }
 
 impl LocalTable {
@@ -125,6 +155,7 @@ impl LocalTable {
             next_gen: 0,
             counts: LocalCounts::default(),
             trimmed: true,
+            releases: 0,
         }
     }
 
@@ -172,8 +203,14 @@ impl LocalTable {
     fn update(&mut self, start: usize, f: impl FnOnce(&mut LocalUnit)) {
         let u = self.units.get_mut(&start).expect("unit present");
         let before = u.usage();
+        let had_local = u.local > 0;
         f(u);
         let after = u.usage();
+        match (had_local, u.local > 0) {
+            (false, true) => self.counts.local_refd_units += 1,
+            (true, false) => self.counts.local_refd_units -= 1,
+            _ => {}
+        }
         let len = u.end - start;
         if after == Use::Idle && before != Use::Idle && u.queued != Some(self.fifo.newest()) {
             // Newest in the victim FIFO (exact LRU; older entries become stale).
@@ -190,6 +227,10 @@ impl LocalTable {
 
     fn unpin_unit(&mut self, start: usize, pinner: &mut dyn Pinner) -> LocalUnit {
         let u = self.units.remove(&start).expect("unit present");
+        self.releases += 1;
+        if u.local > 0 {
+            self.counts.local_refd_units -= 1;
+        }
         let c = &mut self.counts;
         match u.usage() {
             Use::Remote => c.remote_units -= 1,
@@ -199,8 +240,10 @@ impl LocalTable {
                 c.idle_bytes -= u.end - start;
             }
         }
-        pinner.unpin(start, u.end, u.locked);
-        self.counts.unpins += 1;
+        if !u.pinning {
+            pinner.unpin(start, u.end, u.locked);
+            self.counts.unpins += 1;
+        }
         self.counts.bytes -= u.end - start;
         u
     }
@@ -234,8 +277,24 @@ impl LocalTable {
         self.trimmed = true;
     }
 
-    /// Pin a new unit around `[a, b)` (inside one granule, not covered by any unit).
+    /// Pin a new unit around `[a, b)` (inside one granule, not covered by any unit),
+    /// in one phase (the table stays locked meanwhile: handlers, which cannot roll
+    /// back, use this).
     fn new_unit(&mut self, a: usize, b: usize, pinner: &mut dyn Pinner) -> Result<usize> {
+        let (s, e, gen) = self.reserve_unit(a, b, pinner)?;
+        let r = pinner.pin(s, e);
+        self.finish_unit(s, e, gen, r, pinner)?;
+        Ok(s)
+    }
+
+    /// Phase one: reserve (and count) a unit around `[a, b)`, evicting victims to
+    /// stay within capacity; it is `pinning` until [`Self::finish_unit`].
+    fn reserve_unit(
+        &mut self,
+        a: usize,
+        b: usize,
+        pinner: &mut dyn Pinner,
+    ) -> Result<(usize, usize, u64)> {
         let (glo, ghi) = self.params.granule(a);
         debug_assert!(b <= ghi);
         let lo = self
@@ -260,6 +319,21 @@ impl LocalTable {
         debug_assert!(lo <= s && s <= a && bb <= e && e <= hi);
         while self.units.len() >= self.params.capacity() {
             if !self.evict_one(pinner) {
+                if crate::runtime::config::debug_tables() {
+                    let mut per = vec![0usize; self.nodes];
+                    for u in self.units.values() {
+                        for r in u.holder_ranks() {
+                            per[r] += 1;
+                        }
+                    }
+                    eprintln!(
+                        "FULL: {:?} units {} per-peer {:?} pinning {}",
+                        self.counts,
+                        self.units.len(),
+                        per,
+                        self.units.values().filter(|u| u.pinning).count()
+                    );
+                }
                 bail!(
                     NoResource,
                     "all {} units of pinnable memory (M + MAXVICTIM = {} bytes) are in use",
@@ -267,10 +341,6 @@ impl LocalTable {
                     self.params.limit_bytes()
                 );
             }
-        }
-        let locked = pinner.pin(s, e)?;
-        if !locked {
-            self.counts.mlock_failures += 1;
         }
         self.next_gen += 1;
         self.units.insert(
@@ -280,17 +350,72 @@ impl LocalTable {
                 holders: vec![0; self.nodes.div_ceil(64)],
                 remote: 0,
                 local: 0,
-                locked,
+                locked: false,
                 gen: self.next_gen,
                 queued: None,
+                pinning: true,
             },
         );
-        self.counts.pins += 1;
         self.counts.idle_units += 1;
         self.counts.idle_bytes += e - s;
         self.counts.bytes += e - s;
         self.counts.peak = self.counts.peak.max(self.counts.bytes);
-        Ok(s)
+        Ok((s, e, self.next_gen))
+    }
+
+    /// Phase two: the pin of reserved unit `(s, e, gen)` finished with `r`. On
+    /// failure the reservation is dropped; if the unit was invalidated meanwhile, a
+    /// successful pin is undone.
+    fn finish_unit(
+        &mut self,
+        s: usize,
+        e: usize,
+        gen: u64,
+        r: Result<bool>,
+        pinner: &mut dyn Pinner,
+    ) -> Result<()> {
+        let present = self
+            .units
+            .get(&s)
+            .is_some_and(|u| u.gen == gen && u.pinning);
+        match r {
+            Ok(locked) if present => {
+                let u = self.units.get_mut(&s).expect("present");
+                u.pinning = false;
+                u.locked = locked;
+                if !locked {
+                    self.counts.mlock_failures += 1;
+                }
+                self.counts.pins += 1;
+                Ok(())
+            }
+            Ok(locked) => {
+                pinner.unpin(s, e, locked);
+                Ok(())
+            }
+            Err(err) => {
+                if present {
+                    self.unpin_unit(s, pinner);
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Local references in the table, and whether any unit is in phase one.
+    pub fn local_refs(&self) -> (u64, bool) {
+        self.units
+            .values()
+            .fold((0, false), |(n, p), u| (n + u.local as u64, p || u.pinning))
+    }
+
+    /// Does `[a, b)` meet a unit in phase one of a local pin?
+    pub fn any_pinning(&self, a: usize, b: usize) -> bool {
+        self.units
+            .range(..b)
+            .rev()
+            .take_while(|(_, u)| u.end > a)
+            .any(|(_, u)| u.pinning)
     }
 
     /// A peer's move asks for `[a, b)` (one granule piece): reference (pinning where
@@ -309,6 +434,9 @@ impl LocalTable {
         let res = (|| {
             while cur < b {
                 let start = match self.containing(cur) {
+                    Some((_, u)) if u.pinning => {
+                        bail!(NotReady, "unit at {:#x} is being pinned", cur)
+                    }
                     Some((s, _)) => s,
                     None => self.new_unit(cur, b, pinner)?,
                 };
@@ -349,55 +477,117 @@ impl LocalTable {
             u.holders[peer / 64] &= !(1 << (peer % 64));
             u.remote -= 1;
         });
+        self.releases += 1;
         self.trimmed = false;
         true
     }
 
-    /// Pin `[a, b)` for a local operation. `Ok(None)`: the local share (MAXVICTIM) is
-    /// used up by other local references right now; release some and retry.
+    /// Phase one of a local request for `[a, b)` (seed 000 Table 3, third row):
+    /// reference the pinned units, reserve the missing ones (the caller pins them
+    /// without the lock, then calls [`Self::local_finish`]). All or nothing: on
+    /// `Busy`/`Full`/error nothing is held.
+    pub fn local_begin(
+        &mut self,
+        a: usize,
+        b: usize,
+        pinner: &mut dyn Pinner,
+    ) -> Result<LocalBegin> {
+        let mut got: Vec<Held> = Vec::new();
+        let mut pins: Vec<(usize, usize, u64)> = Vec::new();
+        let mut cur = a;
+        let budget = self.params.victim_units.max(1);
+        let res: Result<Option<LocalBegin>> = (|| {
+            while cur < b {
+                let (_, ghi) = self.params.granule(cur);
+                let pe = ghi.min(b);
+                let start = match self.containing(cur) {
+                    Some((_, u)) if u.pinning => return Ok(Some(LocalBegin::Busy)),
+                    Some((s, _)) => s,
+                    None => {
+                        if self.counts.local_refd_units >= budget {
+                            return Ok(Some(LocalBegin::Full));
+                        }
+                        let (s, e, g) = self.reserve_unit(cur, pe, pinner)?;
+                        pins.push((s, e, g));
+                        s
+                    }
+                };
+                if self.units[&start].local == 0 && self.counts.local_refd_units >= budget {
+                    return Ok(Some(LocalBegin::Full));
+                }
+                self.update(start, |u| u.local += 1);
+                got.push((start, self.units[&start].gen));
+                cur = self.units[&start].end;
+            }
+            Ok(None)
+        })();
+        match res {
+            Ok(None) => {
+                self.check();
+                Ok(if pins.is_empty() {
+                    LocalBegin::Done(got)
+                } else {
+                    LocalBegin::Pin { held: got, pins }
+                })
+            }
+            other => {
+                for h in got {
+                    self.local_release(h, pinner);
+                }
+                for (s, _, g) in pins {
+                    // Reservations never pinned: drop them.
+                    if self.units.get(&s).is_some_and(|u| u.gen == g && u.pinning) {
+                        self.unpin_unit(s, pinner);
+                    }
+                }
+                other.map(|x| x.expect("early exits carry a verdict"))
+            }
+        }
+    }
+
+    /// Phase two: the pins of `pins` finished with `results`. On any failure every
+    /// reference in `held` is dropped and the first error returned.
+    pub fn local_finish(
+        &mut self,
+        held: Vec<Held>,
+        pins: &[(usize, usize, u64)],
+        results: Vec<Result<bool>>,
+        pinner: &mut dyn Pinner,
+    ) -> Result<Vec<Held>> {
+        let mut first = Ok(());
+        for (&(s, e, g), r) in pins.iter().zip(results) {
+            if let Err(err) = self.finish_unit(s, e, g, r, pinner) {
+                if first.is_ok() {
+                    first = Err(err);
+                }
+            }
+        }
+        if let Err(err) = first {
+            for h in held {
+                self.local_release(h, pinner);
+            }
+            return Err(err);
+        }
+        self.check();
+        Ok(held)
+    }
+
+    /// Pin `[a, b)` for a local operation in one go (both phases under the caller's
+    /// lock). `Ok(None)`: the local share (MAXVICTIM) is used up (or a unit is being
+    /// pinned by another thread) right now; retry.
     pub fn local_acquire(
         &mut self,
         a: usize,
         b: usize,
         pinner: &mut dyn Pinner,
     ) -> Result<Option<Vec<Held>>> {
-        let mut got: Vec<Held> = Vec::new();
-        let mut cur = a;
-        let budget = self.params.victim_units.max(1);
-        let res: Result<bool> = (|| {
-            while cur < b {
-                let (_, ghi) = self.params.granule(cur);
-                let pe = ghi.min(b);
-                let start = match self.containing(cur) {
-                    Some((s, _)) => s,
-                    None => {
-                        if self.counts.local_only_units >= budget {
-                            return Ok(false);
-                        }
-                        self.new_unit(cur, pe, pinner)?
-                    }
-                };
-                if self.units[&start].usage() == Use::Idle && self.counts.local_only_units >= budget
-                {
-                    return Ok(false);
-                }
-                self.update(start, |u| u.local += 1);
-                got.push((start, self.units[&start].gen));
-                cur = self.units[&start].end;
+        match self.local_begin(a, b, pinner)? {
+            LocalBegin::Done(h) => Ok(Some(h)),
+            LocalBegin::Pin { held, pins } => {
+                let results = pins.iter().map(|&(s, e, _)| pinner.pin(s, e)).collect();
+                self.local_finish(held, &pins, results, pinner).map(Some)
             }
-            Ok(true)
-        })();
-        match res {
-            Ok(true) => {
-                self.check();
-                Ok(Some(got))
-            }
-            other => {
-                for h in got {
-                    self.local_release(h, pinner);
-                }
-                other.map(|_| None)
-            }
+            LocalBegin::Busy | LocalBegin::Full => Ok(None),
         }
     }
 
@@ -414,7 +604,8 @@ impl LocalTable {
         let mut cur = a;
         let mut run: Option<(usize, usize, Vec<usize>)> = None;
         while cur < b {
-            if let Some((s, u)) = self.containing(cur) {
+            // A unit in phase one is not pinned yet: it cannot count as a hit.
+            if let Some((s, u)) = self.containing(cur).filter(|(_, u)| !u.pinning) {
                 let e = u.end;
                 let r = run.get_or_insert((cur, cur, Vec::new()));
                 r.1 = e.min(b);
@@ -424,9 +615,12 @@ impl LocalTable {
                 if let Some(r) = run.take() {
                     runs.push(r);
                 }
-                cur = match self.units.range(cur..b).next() {
-                    Some((&s, _)) => s,
-                    None => b,
+                cur = match self.containing(cur) {
+                    Some((_, u)) => u.end, // being pinned: skip it
+                    None => match self.units.range(cur..b).next() {
+                        Some((&s, _)) => s,
+                        None => b,
+                    },
                 };
             }
         }
@@ -435,6 +629,11 @@ impl LocalTable {
         }
         let best = runs.into_iter().max_by_key(|r| r.1 - r.0)?;
         if !partial && (best.0 != a || best.1 != b) {
+            return None;
+        }
+        // New local references respect the local share too.
+        let fresh = best.2.iter().filter(|s| self.units[s].local == 0).count();
+        if fresh > 0 && self.counts.local_refd_units + fresh > self.params.victim_units.max(1) {
             return None;
         }
         let mut held = Vec::new();
@@ -452,6 +651,7 @@ impl LocalTable {
             _ => return,
         }
         self.update(h.0, |u| u.local -= 1);
+        self.releases += 1;
         self.trim(pinner);
     }
 
@@ -525,6 +725,13 @@ impl LocalTable {
             prev_end = u.end;
         }
         let c = &self.counts;
+        let lr = self.units.values().filter(|u| u.local > 0).count();
+        if lr != c.local_refd_units {
+            return Err(format!(
+                "{lr} units with local references, counter {}",
+                c.local_refd_units
+            ));
+        }
         if (r, l, i, bytes) != (c.remote_units, c.local_only_units, c.idle_units, c.bytes) {
             return Err(format!(
                 "counts drifted: table ({r},{l},{i},{bytes}) vs counters ({},{},{},{})",

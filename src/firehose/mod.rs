@@ -7,6 +7,8 @@
 //!   M + MAXVICTIM.
 //! - [`remote`]: the remote firehose table per peer — firehoses with reference
 //!   counts, PENDING placeholders, the per-node remote victim FIFO, replacement.
+//! - [`smp`]: Firehose-SMP (§4): the per-node deadlock-avoidance flag and the
+//!   optimistic acquisition driver that lets many threads share one table.
 //! - [`victim`]: the FIFO both tables use (lazy, second-chance LRU, O(1)).
 //! - [`registry`]: explicitly registered regions (`fh_mem_register`), which act as
 //!   prepinned memory.
@@ -19,4 +21,5 @@ pub mod local;
 pub mod params;
 pub mod registry;
 pub mod remote;
+pub mod smp;
 pub mod victim;

@@ -16,15 +16,32 @@
 use super::local::Held;
 use super::params::Params;
 use super::victim::VictimFifo;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-/// State of a remote firehose entry.
+/// State of a remote firehose entry (seed 000 §3.4 and §4.1; the C original encoded
+/// these as magic pointer values).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RState {
-    /// A move for this range is in flight (the id of that move).
+    /// A committed move for this range is in flight (the id of that move): PENDING.
     Pending(u64),
     /// The target pinned it for us: one-sided access allowed.
     Live,
+    /// PENDING_UNCOMMITTED (§4.1): reserved by request `req`, which is still
+    /// collecting replacements; destroyed if that request rolls back.
+    Uncommitted(u64),
+    /// A live, unreferenced firehose request `req` took as its replacement (its
+    /// release is not sent yet, so the unit is still pinned at the target). Another
+    /// request that needs it takes it back (it becomes `Live` again) and the reaper
+    /// notices and rolls back (seed 000 Table 3, first row). Counted in `used`
+    /// (the target still holds it) except by its reaper, whose move releases it.
+    Reaped(u64),
+    /// Released, the release not sent yet: it rides on the next move. Still pinned at
+    /// the target, so a request needing it revives it. Counted in `used`.
+    Deferred,
+    /// Its release travels in move `id`: requests touching it wait for that move
+    /// (a new pin could otherwise overtake the release at the target — MPI does not
+    /// order two messages — and be undone by it). Counted in `used` until answered.
+    Releasing(u64),
 }
 
 #[derive(Clone, Debug)]
@@ -37,6 +54,11 @@ pub struct RemoteEntry {
     /// firehose, is never replaced; removed only by the target's invalidation).
     pub prepinned: bool,
     queued: Option<u64>,
+    /// A placeholder's piece to ask the target for. The placeholder itself spans
+    /// the whole free part of its granule, so no two moves in flight ever ask for
+    /// the same unit: the target keeps one holder bit per peer and unit, and two
+    /// pins racing one release would leave us believing in a unit it unpinned.
+    piece: (usize, usize),
 }
 
 /// What a request must do next.
@@ -56,20 +78,97 @@ pub enum Plan {
     NeedReplacements,
 }
 
+/// One request's progress through the optimistic acquisition of seed 000 §4.1 (its
+/// rollback log): references on the live firehoses of its range, the replacements
+/// it reaped, and its PENDING_UNCOMMITTED placeholders.
+#[derive(Debug)]
+pub struct Acq {
+    /// Request id (distinct from every move id: both come from one counter).
+    pub req: u64,
+    pub addr: usize,
+    pub len: usize,
+    /// The rendezvous baselines ask the target for the whole range every time.
+    pub always_move: bool,
+    /// References on live entries of the range (released on rollback; on commit the
+    /// request keeps them until its move is answered, so they cannot be replaced).
+    pub held: Vec<Held>,
+    /// Starts of entries in state `Reaped(req)`.
+    reaped: Vec<usize>,
+    /// Number of entries in state `Uncommitted(req)`.
+    uncommitted: usize,
+    /// The granules the request touches (its placeholders lie inside).
+    span: (usize, usize),
+}
+
+impl Acq {
+    pub fn new(req: u64, addr: usize, len: usize, always_move: bool) -> Acq {
+        Acq {
+            req,
+            addr,
+            len,
+            always_move,
+            held: Vec::new(),
+            reaped: Vec::new(),
+            uncommitted: 0,
+            span: (addr, addr + len),
+        }
+    }
+
+    /// Holds nothing (nothing to roll back).
+    pub fn is_clear(&self) -> bool {
+        self.held.is_empty() && self.reaped.is_empty() && self.uncommitted == 0
+    }
+}
+
+/// The outcome of one optimistic step ([`PeerTable::step`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Fully covered by live firehoses: these references are the caller's.
+    Hit(Vec<Held>),
+    /// Parts are PENDING or being released by moves in flight: wait for them (the
+    /// request keeps its progress).
+    Wait(Vec<u64>),
+    /// Committed as move `id`: send it. The request keeps `Acq::held`; the answer
+    /// hands the new units over with a reference each ([`PeerTable::take_handoff`]).
+    Commit {
+        releases: Vec<usize>,
+        pins: Vec<(usize, usize)>,
+    },
+    /// Not enough replacements yet (progress kept): poll and step again.
+    Short,
+    /// The range touches another request's PENDING_UNCOMMITTED entry: the estimate is
+    /// unreliable (seed 000 Table 3, second row). Losers roll back.
+    Conflict,
+}
+
 #[derive(Default)]
 pub struct PeerTable {
-    /// start -> entry. Invariant: non-overlapping.
+    /// start -> entry. Invariant: non-overlapping; only `Live` entries carry
+    /// references.
     entries: BTreeMap<usize, RemoteEntry>,
     fifo: VictimFifo,
-    /// Live + pending entries: the firehoses in use out of f.
+    /// Entries that are not prepinned, in every state: the firehoses in use out of
+    /// f. A unit whose release is not yet confirmed still counts (moves from several
+    /// threads reach the target in any order, so a release in one move cannot make
+    /// room for the pins of another; a release that rides in a request's own move
+    /// is processed before that move's pins, and the step discounts those).
+    /// Invariant: `used - (releases riding on the move) <= f` whenever a move is
+    /// sent, so the target never holds more than f units for us.
     pub used: usize,
     /// Live entries with no references (the remote victim FIFO's valid content).
     pub idle: usize,
-    /// Releases decided but not yet sent (they ride on the next move).
+    /// Starts of `Deferred` releases (they ride on the next move).
     pub deferred: Vec<usize>,
     next_gen: u64,
-    /// Most recent hit entry (start, end, gen): checked before the tree.
+    /// Most recent hit entry (start, end): checked before the tree.
     recent: (usize, usize),
+    /// Committed moves whose requester wants the answered units handed over with a
+    /// reference each (so no other request can replace them before it uses them).
+    handoff: HashMap<u64, Vec<Held>>,
+    /// Events that can free firehoses (releases, rollbacks, answered or aborted
+    /// moves, invalidations) so far: a waiter that sees it unchanged since its last
+    /// step knows nothing was freed meanwhile.
+    pub releases: u64,
 }
 
 impl PeerTable {
@@ -128,6 +227,7 @@ impl PeerTable {
             return;
         }
         e.refs -= 1;
+        self.releases += 1;
         if e.refs == 0 && !e.prepinned {
             self.idle += 1;
             if e.queued == Some(self.fifo.newest()) {
@@ -156,9 +256,10 @@ impl PeerTable {
         Some(e)
     }
 
-    /// Take the least recently used unreferenced firehose out of the table (to be
-    /// released at the target); `None` if every firehose is referenced or pending.
-    pub fn evict_one(&mut self) -> Option<usize> {
+    /// Turn the least recently used unreferenced live firehose into `st` (a
+    /// tombstone that still names the unit pinned at the target); `None` if every
+    /// firehose is referenced or pending.
+    fn evict_as(&mut self, st: RState) -> Option<usize> {
         while let Some((seq, s)) = self.fifo.pop() {
             let Some(e) = self.entries.get_mut(&s) else {
                 continue;
@@ -170,16 +271,43 @@ impl PeerTable {
             if e.refs > 0 || e.state != RState::Live || e.prepinned {
                 continue; // in use again: queued anew when released
             }
-            self.remove(s);
+            e.state = st;
+            self.idle -= 1;
+            if self.recent.0 == s {
+                self.recent = (0, 0);
+            }
             return Some(s);
         }
         None
     }
 
-    /// Plan a request for `[addr, addr+len)` (seed 000 Fig. 2 step 1): a hit takes
-    /// references; a miss reserves firehoses for the missing pieces (replacing idle
-    /// ones when all f are in use) and returns the move to send as move `id`.
-    /// `always_move`: the rendezvous baselines ask the target on every request.
+    /// Release the least recently used unreferenced firehose (the release rides on
+    /// the next move); `None` if every firehose is referenced or pending.
+    pub fn evict_one(&mut self) -> Option<usize> {
+        let s = self.evict_as(RState::Deferred)?;
+        self.deferred.push(s);
+        Some(s)
+    }
+
+    /// A `Reaped` or `Deferred` tombstone becomes a live (unreferenced) firehose
+    /// again: its release was never sent, so the target still pins it for us.
+    fn revive(&mut self, s: usize) {
+        let e = self.entries.get_mut(&s).expect("tombstone present");
+        debug_assert!(matches!(e.state, RState::Reaped(_) | RState::Deferred));
+        if e.state == RState::Deferred {
+            self.deferred.retain(|&d| d != s);
+        }
+        e.state = RState::Live;
+        debug_assert_eq!(e.refs, 0);
+        e.queued = Some(self.fifo.push(s));
+        self.idle += 1;
+    }
+
+    /// Plan a request for `[addr, addr+len)` in one go (seed 000 Fig. 2 step 1, for
+    /// a single client): a hit takes references; a miss reserves firehoses for the
+    /// missing pieces (replacing idle ones when all f are in use) and returns the
+    /// move to send as move `id`; nothing is held otherwise. `always_move`: the
+    /// rendezvous baselines ask the target on every request.
     pub fn plan(
         &mut self,
         p: &Params,
@@ -188,160 +316,356 @@ impl PeerTable {
         id: u64,
         always_move: bool,
     ) -> Plan {
-        let end = addr + len;
-        let mut missing: Vec<(usize, usize)> = Vec::new();
-        let mut waits: Vec<u64> = Vec::new();
-        let mut live: Vec<usize> = Vec::new();
-        for (pa, pb) in p.pieces(addr, len) {
-            let mut cur = pa;
-            while cur < pb {
-                match self.containing(cur) {
-                    Some((s, e)) => {
-                        match e.state {
-                            RState::Live => live.push(s),
-                            RState::Pending(m) => {
-                                if !waits.contains(&m) {
-                                    waits.push(m)
-                                }
-                            }
-                        }
-                        cur = e.end.min(pb);
-                    }
-                    None => {
-                        let next = self.entries.range(cur..pb).next().map_or(pb, |(&s, _)| s);
-                        missing.push((cur, next));
-                        cur = next;
-                    }
+        let mut acq = Acq::new(id, addr, len, always_move);
+        match self.step(p, &mut acq, id) {
+            Step::Hit(h) => Plan::Hit(h),
+            Step::Wait(w) => {
+                self.rollback(&mut acq);
+                Plan::Wait(w)
+            }
+            Step::Commit { releases, pins } => {
+                self.handoff.remove(&id);
+                for h in std::mem::take(&mut acq.held) {
+                    self.release(h);
                 }
+                Plan::Move { releases, pins }
+            }
+            Step::Short | Step::Conflict => {
+                self.rollback(&mut acq);
+                Plan::NeedReplacements
             }
         }
-        debug_assert!(missing.iter().all(|&(a, b)| a < b && a >= addr && b <= end));
-        if always_move && !waits.is_empty() {
-            return Plan::Wait(waits);
-        }
-        if missing.is_empty() && !always_move {
-            if !waits.is_empty() {
-                return Plan::Wait(waits);
-            }
-            live.dedup();
-            return Plan::Hit(live.into_iter().map(|s| self.take_ref(s)).collect());
-        }
-        // Reserve: unused firehoses first (before steady state), then replacements —
-        // never the live firehoses this very request is about to use (they are
-        // referenced meanwhile; evicting them would make the request chase its own
-        // tail forever).
-        let need = missing.len();
-        live.dedup();
-        let guard: Vec<Held> = live.iter().map(|&s| self.take_ref(s)).collect();
-        let mut releases = std::mem::take(&mut self.deferred);
-        let mut short = false;
-        while self.used + need > p.f {
-            match self.evict_one() {
-                Some(s) => releases.push(s),
-                None => {
-                    short = true;
-                    break;
-                }
-            }
-        }
-        for h in guard {
-            self.release(h);
-        }
-        if short {
-            self.deferred = releases;
-            return Plan::NeedReplacements;
-        }
-        // The rendezvous baselines ask for the whole range every time (the parts
-        // already held are answered idempotently by the target).
-        let pins = if always_move {
-            p.pieces(addr, len).collect()
-        } else {
-            missing.clone()
-        };
-        Plan::Move { releases, pins }.with_placeholders(self, &missing, id)
     }
 
-    /// The target answered move `id`: drop its placeholders and enter the units it
-    /// pinned for us (already-known units are not entered twice), and the registered
-    /// regions it reported (`prepinned`). Units of other moves' placeholders that this
-    /// answer covers replace those placeholders.
+    /// One step of the optimistic acquisition of seed 000 §4.1 (Fig. 5's loop body;
+    /// the first step is Fig. 6's "estimate": it commits at once when the request
+    /// can certainly be satisfied). Takes references on the live firehoses of the
+    /// range, revives tombstones it needs, waits for PENDING entries, reaps
+    /// replacements (least recently used first) and reserves the missing pieces as
+    /// PENDING_UNCOMMITTED. When every missing piece is reserved and `used <= f`, it
+    /// commits as move `move_id`. Progress is kept in `acq` between steps; a caller
+    /// that gives up must [`Self::rollback`].
+    pub fn step(&mut self, p: &Params, acq: &mut Acq, move_id: u64) -> Step {
+        // Seed 000 Table 3, first row: a replacement another request took back since
+        // the last step invalidates this request's progress.
+        let req = acq.req;
+        if acq
+            .reaped
+            .iter()
+            .any(|s| self.entries.get(s).map(|e| e.state) != Some(RState::Reaped(req)))
+        {
+            self.rollback(acq);
+        }
+        let end = acq.addr + acq.len;
+        acq.span = (p.granule(acq.addr).0, p.granule(end - 1).1);
+        let mut missing: Vec<(usize, usize)> = Vec::new();
+        let mut waits: Vec<u64> = Vec::new();
+        let mut conflict = false;
+        let mut mine = 0;
+        for (pa, pb) in p.pieces(acq.addr, acq.len) {
+            let mut cur = pa;
+            while cur < pb {
+                let Some((s, e)) = self.containing(cur) else {
+                    let next = self.entries.range(cur..pb).next().map_or(pb, |(&s, _)| s);
+                    missing.push((cur, next));
+                    cur = next;
+                    continue;
+                };
+                let next = e.end.min(pb);
+                match e.state {
+                    RState::Live => {
+                        let gen = e.gen;
+                        if !acq.held.contains(&(s, gen)) {
+                            // A reference on an older entry at `s` is stale (that
+                            // entry was replaced): drop it from the log.
+                            acq.held.retain(|h| h.0 != s);
+                            let h = self.take_ref(s);
+                            acq.held.push(h);
+                        }
+                    }
+                    RState::Pending(m) | RState::Releasing(m) => {
+                        if !waits.contains(&m) {
+                            waits.push(m)
+                        }
+                    }
+                    // Placeholders lie in one granule, visited once per piece.
+                    RState::Uncommitted(r) if r == req => mine += 1,
+                    RState::Uncommitted(_) => conflict = true,
+                    RState::Deferred if acq.always_move => {
+                        // The baselines re-pin: the release (still in `deferred`)
+                        // travels in this request's move, ahead of the pin.
+                        self.remove(s);
+                        missing.push((cur, next));
+                    }
+                    RState::Reaped(_) | RState::Deferred => {
+                        acq.reaped.retain(|&x| x != s);
+                        self.revive(s);
+                        let h = self.take_ref(s);
+                        acq.held.push(h);
+                    }
+                }
+                cur = next;
+            }
+        }
+        acq.uncommitted = mine;
+        debug_assert!(missing
+            .iter()
+            .all(|&(a, b)| a < b && a >= acq.addr && b <= end));
+        if conflict {
+            return Step::Conflict;
+        }
+        if !waits.is_empty() {
+            return Step::Wait(waits);
+        }
+        if missing.is_empty() && mine == 0 && !acq.always_move {
+            self.give_back_reaped(acq);
+            return Step::Hit(std::mem::take(&mut acq.held));
+        }
+        // Replacements first when all f are in use (steady state), else unused
+        // firehoses (Table 3, last row). The range's own live firehoses are
+        // referenced by `acq`, so they are never chosen.
+        // Deferred releases and our own replacements ride on this request's move,
+        // ahead of its pins: they do not take room from it.
+        let mut riding = self
+            .deferred
+            .iter()
+            .filter(|s| {
+                self.entries
+                    .get(s)
+                    .is_some_and(|e| e.state == RState::Deferred)
+            })
+            .count()
+            + acq.reaped.len();
+        let need = missing.len();
+        while self.used - riding + need > p.f {
+            match self.evict_as(RState::Reaped(req)) {
+                Some(s) => {
+                    acq.reaped.push(s);
+                    riding += 1;
+                }
+                None => break,
+            }
+        }
+        let k = need.min(p.f.saturating_sub(self.used - riding));
+        for &(a, b) in &missing[..k] {
+            // Widen the reservation to the free part of the granule.
+            let (glo, ghi) = p.granule(a);
+            let lo = self
+                .entries
+                .range(..a)
+                .next_back()
+                .map_or(glo, |(_, e)| e.end.max(glo));
+            let hi = self
+                .entries
+                .range(a..)
+                .next()
+                .map_or(ghi, |(&s, _)| s.min(ghi));
+            debug_assert!(lo <= a && b <= hi);
+            self.entries.insert(
+                lo,
+                RemoteEntry {
+                    end: hi,
+                    state: RState::Uncommitted(req),
+                    refs: 0,
+                    gen: 0,
+                    prepinned: false,
+                    queued: None,
+                    piece: (a, b),
+                },
+            );
+            self.used += 1;
+            acq.uncommitted += 1;
+        }
+        if k < need || self.used - riding > p.f {
+            return Step::Short;
+        }
+        // Commit: uncommitted -> PENDING, replacements -> being released by this move.
+        let mut releases = std::mem::take(&mut acq.reaped);
+        for s in std::mem::take(&mut self.deferred) {
+            releases.push(s);
+        }
+        for &s in &releases {
+            if let Some(e) = self.entries.get_mut(&s) {
+                if matches!(e.state, RState::Reaped(_) | RState::Deferred) {
+                    e.state = RState::Releasing(move_id);
+                }
+            }
+        }
+        let mut pins = Vec::new();
+        for (_, e) in self.entries.range_mut(acq.span.0..acq.span.1) {
+            if e.state == RState::Uncommitted(req) {
+                e.state = RState::Pending(move_id);
+                pins.push(e.piece);
+            }
+        }
+        if acq.always_move {
+            pins = p.pieces(acq.addr, acq.len).collect();
+        }
+        acq.uncommitted = 0;
+        self.handoff.insert(move_id, Vec::new());
+        Step::Commit { releases, pins }
+    }
+
+    /// Put reaped replacements back (they become live, unreferenced firehoses).
+    fn give_back_reaped(&mut self, acq: &mut Acq) {
+        for s in std::mem::take(&mut acq.reaped) {
+            if self.entries.get(&s).map(|e| e.state) == Some(RState::Reaped(acq.req)) {
+                self.revive(s);
+            }
+        }
+    }
+
+    /// Roll a request back (seed 000 §4.1): drop its references, return its
+    /// replacements to the FIFO and destroy its PENDING_UNCOMMITTED entries.
+    pub fn rollback(&mut self, acq: &mut Acq) {
+        self.releases += 1;
+        for h in std::mem::take(&mut acq.held) {
+            self.release(h);
+        }
+        self.give_back_reaped(acq);
+        let ks: Vec<usize> = self
+            .entries
+            .range(acq.span.0..acq.span.1)
+            .filter(|(_, e)| e.state == RState::Uncommitted(acq.req))
+            .map(|(&k, _)| k)
+            .collect();
+        for k in ks {
+            self.remove(k);
+        }
+        acq.uncommitted = 0;
+    }
+
+    /// The units the answer of committed move `id` handed over (one reference each).
+    pub fn take_handoff(&mut self, id: u64) -> Vec<Held> {
+        self.handoff.remove(&id).unwrap_or_default()
+    }
+
+    /// The target answered move `id`: drop its placeholders and release tombstones,
+    /// and enter the units it pinned for us (already-known units are not entered
+    /// twice) and the registered regions it reported (`prepinned`). Entries of other
+    /// requests that this answer covers are replaced. If the mover asked for a
+    /// handoff, each answered unit gets a reference for it.
     pub fn complete_move(&mut self, id: u64, units: &[(usize, usize, bool)]) {
+        self.releases += 1;
         let ph: Vec<usize> = self
             .entries
             .iter()
-            .filter(|(_, e)| e.state == RState::Pending(id))
+            .filter(
+                |(_, e)| matches!(e.state, RState::Pending(m) | RState::Releasing(m) if m == id),
+            )
             .map(|(&s, _)| s)
             .collect();
         for s in ph {
             self.remove(s);
         }
+        let want = self.handoff.contains_key(&id);
+        let mut handed = Vec::new();
         for &(s, e, pre) in units {
-            if let Some(x) = self.entries.get(&s) {
-                if x.end == e && x.state == RState::Live && x.prepinned == pre {
+            let known = self
+                .entries
+                .get(&s)
+                .is_some_and(|x| x.end == e && x.state == RState::Live && x.prepinned == pre);
+            if !known {
+                let overlapping: Vec<usize> = self
+                    .entries
+                    .range(..e)
+                    .filter(|(_, x)| x.end > s)
+                    .map(|(&k, _)| k)
+                    .collect();
+                let mut keep_out = false;
+                for k in overlapping {
+                    let x = &self.entries[&k];
+                    match x.state {
+                        RState::Live if x.refs > 0 => {
+                            // Should not happen (units at the target never overlap);
+                            // keep the referenced entry and skip the new one.
+                            debug_assert!(false, "new unit overlaps a referenced firehose");
+                            keep_out = true;
+                        }
+                        RState::Live | RState::Reaped(_) => {
+                            let old = self.remove(k).expect("present");
+                            if !old.prepinned {
+                                self.deferred.push(k);
+                            }
+                        }
+                        RState::Deferred => {
+                            // Its release is already in `deferred`.
+                            self.remove(k);
+                        }
+                        RState::Pending(_) | RState::Uncommitted(_) | RState::Releasing(_) => {
+                            self.remove(k);
+                        }
+                    }
+                }
+                if keep_out {
+                    if !pre {
+                        self.deferred.push(s);
+                    }
                     continue;
                 }
-            }
-            let overlapping: Vec<usize> = self
-                .entries
-                .range(..e)
-                .filter(|(_, x)| x.end > s)
-                .map(|(&k, _)| k)
-                .collect();
-            let mut keep_out = false;
-            for k in overlapping {
-                let x = &self.entries[&k];
-                if x.state == RState::Live && x.refs > 0 {
-                    // Should not happen (units at the target never overlap); keep the
-                    // referenced entry and skip the new one.
-                    debug_assert!(false, "new unit overlaps a referenced firehose");
-                    keep_out = true;
-                } else if x.state == RState::Live {
-                    let old = self.remove(k).expect("present");
-                    if !old.prepinned {
-                        self.deferred.push(k);
-                    }
-                } else {
-                    self.remove(k);
-                }
-            }
-            if keep_out {
+                self.next_gen += 1;
+                let queued = (!pre).then(|| self.fifo.push(s));
+                self.entries.insert(
+                    s,
+                    RemoteEntry {
+                        end: e,
+                        state: RState::Live,
+                        refs: 0,
+                        gen: self.next_gen,
+                        prepinned: pre,
+                        queued,
+                        piece: (0, 0),
+                    },
+                );
                 if !pre {
-                    self.deferred.push(s);
+                    self.used += 1;
+                    self.idle += 1;
                 }
-                continue;
             }
-            self.next_gen += 1;
-            let queued = (!pre).then(|| self.fifo.push(s));
-            self.entries.insert(
-                s,
-                RemoteEntry {
-                    end: e,
-                    state: RState::Live,
-                    refs: 0,
-                    gen: self.next_gen,
-                    prepinned: pre,
-                    queued,
-                },
-            );
-            if !pre {
-                self.used += 1;
-                self.idle += 1;
+            if want {
+                handed.push(self.take_ref(s));
             }
+        }
+        if want {
+            self.handoff.insert(id, handed);
         }
     }
 
-    /// A move failed: drop its placeholders.
+    /// Move `id` was never delivered: drop its placeholders; its releases were not
+    /// sent, so they are deferred again.
     pub fn abort_move(&mut self, id: u64) {
-        self.complete_move(id, &[]);
+        self.releases += 1;
+        let ks: Vec<(usize, RState)> = self
+            .entries
+            .iter()
+            .filter(
+                |(_, e)| matches!(e.state, RState::Pending(m) | RState::Releasing(m) if m == id),
+            )
+            .map(|(&s, e)| (s, e.state))
+            .collect();
+        for (s, st) in ks {
+            if st == RState::Pending(id) {
+                self.remove(s);
+            } else if let Some(e) = self.entries.get_mut(&s) {
+                e.state = RState::Deferred;
+                self.deferred.push(s);
+            }
+        }
+        self.handoff.remove(&id);
     }
 
-    /// The target invalidated `[a, b)`: forget every entry overlapping it (the
-    /// caller completes outstanding operations to the target before acknowledging).
+    /// The target invalidated `[a, b)`: forget every entry overlapping it that names
+    /// a unit there (the caller completes outstanding operations to the target
+    /// before acknowledging). PENDING and uncommitted placeholders stay: their
+    /// moves are answered afresh.
     pub fn invalidate(&mut self, a: usize, b: usize) -> usize {
+        self.releases += 1;
         let ks: Vec<usize> = self
             .entries
             .range(..b)
-            .filter(|(_, x)| x.end > a && x.state == RState::Live)
+            .filter(|(_, x)| {
+                x.end > a && !matches!(x.state, RState::Pending(_) | RState::Uncommitted(_))
+            })
             .map(|(&k, _)| k)
             .collect();
         for &k in &ks {
@@ -395,6 +719,43 @@ impl PeerTable {
         Some((s, e, held))
     }
 
+    /// Is every reference in this table, besides `acq`'s own, one of the `pin_refs`
+    /// references explicit pins hold, with no move or other request in progress?
+    /// Then nothing but releasing pins can free a firehose.
+    pub fn only_pins_hold(&self, acq: &Acq, pin_refs: u64) -> bool {
+        let mut refs = 0u64;
+        for e in self.entries.values() {
+            match e.state {
+                RState::Live => refs += e.refs as u64,
+                RState::Uncommitted(r) | RState::Reaped(r) if r == acq.req => {}
+                RState::Deferred => {}
+                _ => return false,
+            }
+        }
+        refs.saturating_sub(acq.held.len() as u64) <= pin_refs
+    }
+
+    /// One line per non-live entry and the counters (for debugging hangs).
+    pub fn debug_summary(&self) -> String {
+        let mut out = format!(
+            "used {} idle {} deferred {:?} handoffs {:?}\n",
+            self.used,
+            self.idle,
+            self.deferred,
+            self.handoff.keys().collect::<Vec<_>>()
+        );
+        for (s, e) in &self.entries {
+            out += &format!(
+                "  {:#x}+{:#x} {:?} refs {}\n",
+                s,
+                e.end - s,
+                e.state,
+                e.refs
+            );
+        }
+        out
+    }
+
     pub fn validate(&self) -> std::result::Result<(), String> {
         let mut prev = 0usize;
         let (mut idle, mut n) = (0, 0);
@@ -406,6 +767,15 @@ impl PeerTable {
                 ));
             }
             prev = e.end;
+            if e.state != RState::Live && e.refs != 0 {
+                return Err(format!(
+                    "entry {s:#x} in state {:?} has references",
+                    e.state
+                ));
+            }
+            if e.state == RState::Deferred && !self.deferred.contains(&s) {
+                return Err(format!("deferred entry {s:#x} has no queued release"));
+            }
             if e.prepinned {
                 continue;
             }
@@ -421,25 +791,5 @@ impl PeerTable {
             ));
         }
         Ok(())
-    }
-}
-
-impl Plan {
-    fn with_placeholders(self, t: &mut PeerTable, missing: &[(usize, usize)], id: u64) -> Plan {
-        for &(a, b) in missing {
-            t.entries.insert(
-                a,
-                RemoteEntry {
-                    end: b,
-                    state: RState::Pending(id),
-                    refs: 0,
-                    gen: 0,
-                    prepinned: false,
-                    queued: None,
-                },
-            );
-            t.used += 1;
-        }
-        self
     }
 }

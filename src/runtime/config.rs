@@ -652,3 +652,10 @@ mod tests {
         assert!(e.msg.contains("FH_AM_MAX_LONG"), "{}", e.msg);
     }
 }
+
+/// `FH_DEBUG_TABLES=1`: print firehose table diagnostics to stderr when a request
+/// gives up or a peer exceeds its firehoses (read once).
+pub fn debug_tables() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("FH_DEBUG_TABLES").is_some_and(|v| v != "0"))
+}

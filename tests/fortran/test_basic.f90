@@ -2,7 +2,8 @@
 ! fh_init_comm_f on MPI_COMM_WORLD, fh_rank/fh_size, fh_config_t layout, fh_malloc,
 ! address exchange with MPI_Allgather, ring fh_put + fh_get of real(c_double) data,
 ! a Fortran short-AM handler with a reply, fh_put_nb + fh_wait, fh_stats_get into
-! the fh_stats_t derived type, fh_finalize.
+! the fh_stats_t derived type (including the firehose-SMP da_* fields),
+! fh_stats_thread_get into fh_thread_stats_t and fh_stats_thread_reset, fh_finalize.
 ! Prints "PASS fortran" on rank 0; any failure is `error stop 1`.
 module test_basic_state
   use firehose
@@ -101,6 +102,7 @@ program test_basic
   integer(c_size_t) :: nbytes
   type(fh_config_t), target :: cfg
   type(fh_stats_t), target :: stats
+  type(fh_thread_stats_t), target :: tstats
   type(c_ptr) :: heap
   real(c_double), pointer :: hx(:)
   real(c_double), target :: src(n), dst(n), src2(n)
@@ -217,7 +219,24 @@ program test_basic
   call check(stats%struct_size == c_sizeof(stats), "sizeof(fh_stats_t) differs from C")
   call check(stats%limit_bytes > 0, "fh_stats_t limit_bytes is 0")
   call check(stats%puts >= 2, "fh_stats_t puts: fewer than the 2 puts made")
+  call check(stats%da_wins <= stats%da_entries, "fh_stats_t da_wins > da_entries")
+  call check(stats%da_entries >= 0 .and. stats%rollbacks >= 0 .and. stats%da_waits >= 0 &
+             .and. stats%da_stall_ns >= 0, "fh_stats_t da_* fields negative (garbage)")
   call check_rc(fh_stats_get(c_null_ptr, c_loc(stats)), FH_ERR_INVALID_ARG, "fh_stats_get(NULL)")
+
+  ! This thread's firehose-SMP counters land in fh_thread_stats_t.
+  tstats%struct_size = 0
+  tstats%requests = -1
+  call check_rc(fh_stats_thread_get(c_loc(tstats)), FH_OK, "fh_stats_thread_get")
+  call check(tstats%struct_size == c_sizeof(tstats), "sizeof(fh_thread_stats_t) differs from C")
+  call check(tstats%requests >= 0, "fh_thread_stats_t requests not written")
+  call check(tstats%da_wins <= tstats%da_entries, "fh_thread_stats_t da_wins > da_entries")
+  call check(tstats%da_entries <= stats%da_entries, "thread da_entries > context da_entries (one thread)")
+  call check_rc(fh_stats_thread_reset(), FH_OK, "fh_stats_thread_reset")
+  call check_rc(fh_stats_thread_get(c_loc(tstats)), FH_OK, "fh_stats_thread_get after reset")
+  call check(tstats%requests == 0 .and. tstats%da_entries == 0 .and. tstats%rollbacks == 0, &
+             "fh_stats_thread_reset left counters")
+  call check_rc(fh_stats_thread_get(c_null_ptr), FH_ERR_INVALID_ARG, "fh_stats_thread_get(NULL)")
 
   call fh_free(ctx, heap)
   call check_rc(fh_finalize(ctx), FH_OK, "fh_finalize")
