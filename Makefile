@@ -43,7 +43,7 @@ C_TESTS  := $(patsubst c-tests/%.c,$(BUILD)/c-tests/%,$(wildcard c-tests/*.c))
 EXAMPLES := $(patsubst mpi-examples/%.c,$(BUILD)/examples/%,$(wildcard mpi-examples/*.c))
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
-.PHONY: all deps lib header check-header fortran examples c-tests test test-rust \
+.PHONY: all deps lib header check-header fortran examples c-tests test test-rust loom tsan \
         test-c test-c-mpich test-fortran test-pkgconfig test-dlopen test-mismatch stress lint demo bench \
         install uninstall clean
 
@@ -95,7 +95,23 @@ lint:
 test-rust: deps
 	$(CARGO_ENV) cargo test --release
 	# Once more in the dev profile, where every table operation checks its invariants.
-	$(CARGO_ENV) cargo test --test firehose_prop
+	$(CARGO_ENV) cargo test --test firehose_prop --test smp
+
+# Model check of the Firehose-SMP core (tests/loom_smp.rs): every interleaving of
+# threads sharing a firehose table, its deadlock-avoidance flag and condvar.
+loom: deps
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(CURDIR)/target/loom MPICC=$(MPICC) \
+	  cargo test --release --test loom_smp
+
+# ThreadSanitizer on the concurrent core (tests/smp.rs: many threads sharing one
+# context's tables on the sim conduit). Stable toolchain with RUSTC_BOOTSTRAP (no
+# nightly here); std is not instrumented, scripts/tsan.supp says what that hides.
+HOST_TRIPLE := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
+tsan: deps
+	RUSTC_BOOTSTRAP=1 RUSTFLAGS="-Zsanitizer=thread -Cunsafe-allow-abi-mismatch=sanitizer" \
+	  CARGO_TARGET_DIR=$(CURDIR)/target/tsan MPICC=$(MPICC) \
+	  TSAN_OPTIONS="suppressions=$(CURDIR)/scripts/tsan.supp halt_on_error=1" \
+	  cargo test --release --target $(HOST_TRIPLE) --test smp
 
 # C tests under the selected MPI at $(NPS) ranks.
 test-c: c-tests
@@ -132,7 +148,7 @@ test-mismatch:
 stress: c-tests
 	FH_STRESS_OPS=125000 timeout 600 $(MPIEXEC) $(MPIEXEC_FLAGS) $(PASSENV) -np 8 $(BUILD)/c-tests/test_stress
 
-test: deps lint test-rust check-header lib test-c test-c-mpich test-fortran test-pkgconfig test-dlopen test-mismatch stress
+test: deps lint test-rust loom tsan check-header lib test-c test-c-mpich test-fortran test-pkgconfig test-dlopen test-mismatch stress
 	@echo "make test: all suites passed"
 
 demo: lib $(BUILD)/examples/demo $(BUILD)/examples/bitonic
