@@ -18,12 +18,18 @@
  *    the MPI thread-level rules of your program apply to you.
  *  - fh_init, fh_init_world and fh_finalize must not run concurrently with other calls on the same
  *    context. fh_strerror, fh_last_error, fh_version are always thread-safe.
+ *  - Each function's comment ends with a 'Threads:' line: which threads may call it, whether
+ *    concurrently, and whether from an AM handler.
+ *  - Many threads may share one context: they share its firehose tables (a page one thread
+ *    pinned is a hit for the others); seed 000 §4's deadlock avoidance keeps requests that
+ *    compete for the same firehoses fair and deadlock-free (see README, 'Threads').
  *
  * Active message handlers
  *  - Run inside fh_poll or any call that polls, or on the progress thread
  *    (FH_PROGRESS=thread). They must not block; they may call fh_am_reply_* (once,
  *    from request handlers), fh_am_source, fh_rank, fh_size, fh_am_max_*,
- *    fh_strerror, fh_last_error. Blocking calls return FH_ERR_STATE inside handlers.
+ *    fh_strerror, fh_last_error, the try/partial pin calls, fh_pin_bounds and
+ *    fh_release. Blocking calls return FH_ERR_STATE inside handlers.
  *  - Handlers must return normally: no longjmp and no C++ exception may leave a
  *    handler (it would unwind through the library's frames).
  */
@@ -125,12 +131,6 @@
 #define FH_ERR_VERSION -12
 
 #define FH_ERR_INTERNAL -13
-
-/**
- * Rounds a request polls in deadlock avoidance before it may post the DA flag
- * (seed 000 Fig. 5's `DA_LIMIT`).
- */
-#define DA_LIMIT 4
 
 /**
  * Opaque token passed to an AM handler: names the message's source and is the
@@ -368,14 +368,18 @@ extern "C" {
  * Register `fn` at `index` (FH_AM_INDEX_USER_MIN..FH_AM_INDEX_USER_MAX) with `user`
  * passed to every call. Replaces an earlier registration. Register on every rank
  * before other ranks send to that index (an AM to an index with no handler is
- * refused by the target and reported to the sender by fh_poll). Thread-safe.
+ * refused by the target and reported to the sender by fh_poll).
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 int fh_am_register(struct fh_ctx_t *ctx, unsigned int index, fh_am_handler_t fn_, void *user);
 
 /**
  * Send a short request (arguments only) to `rank`'s handler `index`. Blocks only
  * while flow control says `rank` has too many of our requests unhandled (it keeps
- * serving AMs meanwhile). Not from handlers.
+ * serving AMs meanwhile).
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */
 int fh_am_request_short(struct fh_ctx_t *ctx,
                         int rank,
@@ -386,7 +390,9 @@ int fh_am_request_short(struct fh_ctx_t *ctx,
 /**
  * Send a medium request: `nbytes` (<= fh_am_max_medium) of `buf` are copied into
  * the message; the handler sees them in a temporary buffer. `buf` may be reused
- * when this returns. Not from handlers.
+ * when this returns.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */
 int fh_am_request_medium(struct fh_ctx_t *ctx,
                          int rank,
@@ -399,7 +405,9 @@ int fh_am_request_medium(struct fh_ctx_t *ctx,
 /**
  * Send a long request: `nbytes` (<= fh_am_max_long) of `buf` land at `dst` in
  * `rank`'s memory (fh_malloc'd or registered there, else FH_ERR_ACCESS) before the
- * handler runs with buf = dst. Returns when `buf` may be reused. Not from handlers.
+ * handler runs with buf = dst. Returns when `buf` may be reused.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */
 int fh_am_request_long(struct fh_ctx_t *ctx,
                        int rank,
@@ -413,6 +421,8 @@ int fh_am_request_long(struct fh_ctx_t *ctx,
 /**
  * Reply (short) to the request being handled. Only from a request handler, at most
  * once. Never blocks.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Also from AM handlers.
  */
 int fh_am_reply_short(struct fh_token_t *tok,
                       unsigned int index,
@@ -421,6 +431,8 @@ int fh_am_reply_short(struct fh_token_t *tok,
 
 /**
  * Reply (medium) to the request being handled; `buf` is copied.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Also from AM handlers.
  */
 int fh_am_reply_medium(struct fh_token_t *tok,
                        unsigned int index,
@@ -433,6 +445,8 @@ int fh_am_reply_medium(struct fh_token_t *tok,
  * Reply (long) to the request being handled: `buf` is copied and lands at `dst` on
  * the requester before its handler runs. If `dst` is not fh_malloc'd or registered
  * memory there, the requester refuses it and fh_poll here reports FH_ERR_ACCESS.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Also from AM handlers.
  */
 int fh_am_reply_long(struct fh_token_t *tok,
                      unsigned int index,
@@ -444,21 +458,29 @@ int fh_am_reply_long(struct fh_token_t *tok,
 
 /**
  * The rank that sent the message being handled, or a negative FH_ERR_*.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Also from AM handlers.
  */
 int fh_am_source(const struct fh_token_t *tok);
 
 /**
  * Most 64-bit arguments an AM carries (16).
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Also from AM handlers.
  */
 size_t fh_am_max_args(void);
 
 /**
  * Largest medium payload for this context (FH_AM_MAX_MEDIUM); 0 if ctx is invalid.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Also from AM handlers.
  */
 size_t fh_am_max_medium(const struct fh_ctx_t *ctx);
 
 /**
  * Largest long payload for this context (FH_AM_MAX_LONG); 0 if ctx is invalid.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Also from AM handlers.
  */
 size_t fh_am_max_long(const struct fh_ctx_t *ctx);
 
@@ -467,19 +489,25 @@ size_t fh_am_max_long(const struct fh_ctx_t *ctx);
  * registered; on the MPI conduit it also locks the pages). Blocks while the local
  * share (MAXVICTIM) is used by operations in flight. Errors: FH_ERR_INVALID_ARG
  * (NULL, len 0), FH_ERR_ACCESS (not mapped), FH_ERR_NO_RESOURCE (longer than the
- * local share). Thread-safe; not from handlers.
+ * local share).
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */
 int fh_local_pin(struct fh_ctx_t *ctx, const void *addr, size_t len, struct fh_pin_t **pin_out);
 
 /**
  * As fh_local_pin, but only if the whole range is pinned already (the references
- * are taken); FH_ERR_NOT_PINNED otherwise. Never blocks; allowed in handlers.
+ * are taken); FH_ERR_NOT_PINNED otherwise. Never blocks.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Also from AM handlers.
  */
 int fh_try_local_pin(struct fh_ctx_t *ctx, const void *addr, size_t len, struct fh_pin_t **pin_out);
 
 /**
  * A pin of the largest part of `[addr, addr+len)` that is pinned already (see
  * fh_pin_bounds); FH_ERR_NOT_PINNED if no part is. Never blocks.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Also from AM handlers.
  */
 int fh_partial_local_pin(struct fh_ctx_t *ctx,
                          const void *addr,
@@ -498,8 +526,9 @@ int fh_partial_local_pin(struct fh_ctx_t *ctx,
  * The peer's fh_malloc memory and regions it registered are prepinned: their pins
  * hold nothing. `*pin_out` is left unchanged on error.
  * Errors: FH_ERR_INVALID_ARG (also for this rank: use fh_local_pin), FH_ERR_BAD_RANK,
- * FH_ERR_ACCESS (the target refused: not mapped there). Thread-safe; not from
- * handlers.
+ * FH_ERR_ACCESS (the target refused: not mapped there).
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */
 int fh_remote_pin(struct fh_ctx_t *ctx,
                   int rank,
@@ -513,6 +542,8 @@ int fh_remote_pin(struct fh_ctx_t *ctx,
 /**
  * As fh_remote_pin, but only on a hit (references taken); FH_ERR_NOT_PINNED on a
  * miss, with no message sent. Never blocks.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Also from AM handlers.
  */
 int fh_try_remote_pin(struct fh_ctx_t *ctx,
                       int rank,
@@ -523,6 +554,8 @@ int fh_try_remote_pin(struct fh_ctx_t *ctx,
 /**
  * A pin of the largest part of the remote range already covered by this rank's
  * firehoses (see fh_pin_bounds); FH_ERR_NOT_PINNED if none. Never blocks.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Also from AM handlers.
  */
 int fh_partial_remote_pin(struct fh_ctx_t *ctx,
                           int rank,
@@ -532,25 +565,31 @@ int fh_partial_remote_pin(struct fh_ctx_t *ctx,
 
 /**
  * The range a pin covers (for partial pins, the part that was pinned).
- * Thread-safe; allowed in handlers.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Also from AM handlers.
  */
 int fh_pin_bounds(const struct fh_pin_t *pin, const void **addr_out, size_t *len_out);
 
 /**
  * Release a pin (its references; the memory may later be unpinned) and free the
  * fh_pin_t. Using the pin afterwards is undefined. After fh_mem_invalidate of its
- * range a pin's release is accepted and has no effect. Thread-safe; allowed in
- * handlers and pin callbacks.
+ * range a pin's release is accepted and has no effect. Also from pin callbacks.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Also from AM handlers.
  */
 int fh_release(struct fh_ctx_t *ctx, struct fh_pin_t *pin);
 
 /**
- * Fill `*out` with this context's statistics. Thread-safe.
+ * Fill `*out` with this context's statistics.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 int fh_stats_get(const struct fh_ctx_t *ctx, struct fh_stats_t *out_stats);
 
 /**
- * Zero the counters of fh_stats_t (levels and parameters stay). Thread-safe.
+ * Zero the counters of fh_stats_t (levels and parameters stay).
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 int fh_stats_reset(struct fh_ctx_t *ctx);
 
@@ -558,30 +597,33 @@ int fh_stats_reset(struct fh_ctx_t *ctx);
  * Copy the calling thread's firehose-SMP counters (summed over every context this
  * thread used) into `*out_stats`: acquisitions beyond a one-entry hit, how many
  * entered deadlock avoidance, posted the DA flag, rolled back, slept, and the time
- * spent there. Thread-safe (each thread sees its own). Seed 000 §5's fairness is
- * read by comparing these across threads.
+ * spent there. Seed 000 §5's fairness is read by comparing these across threads.
+ * Threads: any thread, at any time, no context needed. Acts on the calling thread's own counters.
  */
 int fh_stats_thread_get(struct fh_thread_stats_t *out_stats);
 
 /**
- * Zero the calling thread's counters of fh_thread_stats_t. Thread-safe.
+ * Zero the calling thread's counters of fh_thread_stats_t.
+ * Threads: any thread, at any time, no context needed. Acts on the calling thread's own counters.
  */
 int fh_stats_thread_reset(void);
 
 /**
  * Fill `cfg` with the defaults, then the FH_* environment. A malformed environment
  * value is left at its default and reported by `fh_last_error` (and by `fh_init`,
- * which fails with FH_ERR_INVALID_ARG naming the variable). Thread-safe.
+ * which fails with FH_ERR_INVALID_ARG naming the variable).
+ * Threads: any thread, at any time, no context needed.
  */
 void fh_config_init(struct fh_config_t *cfg);
 
 /**
  * Create a context on the communicator whose Fortran handle is `comm_f`
- * (`MPI_Comm_c2f(comm)` in C; the integer itself in Fortran). Collective over the
- * communicator. MPI must already be initialised by the program (else FH_ERR_STATE);
- * the library then never finalizes MPI. `cfg` may be NULL (defaults + environment).
- * Fails with FH_ERR_MPI if the program runs a different MPI than the library was
- * built for. Call from one thread per context.
+ * (`MPI_Comm_c2f(comm)` in C; the integer itself in Fortran). MPI must already be
+ * initialised by the program (else FH_ERR_STATE); the library then never finalizes
+ * MPI. `cfg` may be NULL (defaults + environment). Fails with FH_ERR_MPI if the
+ * program runs a different MPI than the library was built for.
+ * Threads: collective over the communicator; call from one thread per rank. The new context may
+ * then be used from several threads (see fh_init_world's thread level).
  */
 int fh_init_comm_f(int comm_f, const struct fh_config_t *cfg, struct fh_ctx_t **ctx_out);
 
@@ -589,6 +631,8 @@ int fh_init_comm_f(int comm_f, const struct fh_config_t *cfg, struct fh_ctx_t **
  * Create a context on MPI_COMM_WORLD, initialising MPI first (with the thread level
  * of FH_MPI_THREAD, default MPI_THREAD_MULTIPLE) if the program has not. If the
  * library initialised MPI, finalizing its last context finalizes MPI.
+ * Threads: collective over the communicator; call from one thread per rank. The new context may
+ * then be used from several threads (see fh_init_world's thread level).
  */
 int fh_init_world(const struct fh_config_t *cfg, struct fh_ctx_t **ctx_out);
 
@@ -596,26 +640,30 @@ int fh_init_world(const struct fh_config_t *cfg, struct fh_ctx_t **ctx_out);
  * Collective: complete all operations, serve AMs until every rank arrives, release
  * everything. Finalizes MPI only if fh_init_world initialised it and this was the
  * last context. The handle stays valid memory: later calls return FH_ERR_STATE.
- * No other thread may use `ctx` during or after this call.
+ * Threads: collective; no other call on this context may run concurrently, and the context must
+ * not be used by any thread afterwards.
  */
 int fh_finalize(struct fh_ctx_t *ctx);
 
 /**
- * This rank in the context's communicator, or a negative FH_ERR_*. Thread-safe,
- * handler-safe.
+ * This rank in the context's communicator, or a negative FH_ERR_*.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Also from AM handlers.
  */
 int fh_rank(const struct fh_ctx_t *ctx);
 
 /**
  * Number of ranks in the context's communicator, or a negative FH_ERR_*.
- * Thread-safe, handler-safe.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Also from AM handlers.
  */
 int fh_size(const struct fh_ctx_t *ctx);
 
 /**
  * Run pending AM handlers and progress. Returns FH_OK, or the first asynchronous
- * error since the last poll (e.g. a peer refused one of our AMs). Thread-safe; not
- * from handlers.
+ * error since the last poll (e.g. a peer refused one of our AMs).
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 int fh_poll(struct fh_ctx_t *ctx);
 
@@ -623,8 +671,10 @@ int fh_poll(struct fh_ctx_t *ctx);
  * Collective: return when every rank of the context has entered, serving active
  * messages while waiting. Use it instead of MPI_Barrier whenever other ranks may
  * need this one to make progress (their first access to memory registered here, or
- * AMs they wait for): MPI_Barrier does not run firehose handlers. Not from handlers;
- * one barrier at a time per context.
+ * AMs they wait for): MPI_Barrier does not run firehose handlers. One barrier at a
+ * time per context.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */
 int fh_barrier(struct fh_ctx_t *ctx);
 
@@ -632,19 +682,25 @@ int fh_barrier(struct fh_ctx_t *ctx);
  * Print every setting, its value and where it came from (default, fh_config_t,
  * environment), plus conduit facts (MPI library, thread level, progress thread), to
  * stdout. With `ctx` NULL, prints what defaults + environment give.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 int fh_config_print(const struct fh_ctx_t *ctx);
 
 /**
  * Allocate `nbytes` of RMA-ready memory from this rank's library heap (always
  * registered; 64-byte aligned). Returns NULL on error (see fh_last_error): nbytes
- * 0, or the heap (FH_HEAP_SIZE) is exhausted. Thread-safe; not from handlers.
+ * 0, or the heap (FH_HEAP_SIZE) is exhausted.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 void *fh_malloc(struct fh_ctx_t *ctx, size_t nbytes);
 
 /**
  * Free memory from fh_malloc. NULL is ignored; anything else that is not a live
  * allocation of this context is refused (reported by fh_last_error) without effect.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 void fh_free(struct fh_ctx_t *ctx, void *ptr);
 
@@ -656,7 +712,9 @@ void fh_free(struct fh_ctx_t *ctx, void *ptr);
  * pins other ranks hold in the range are dropped first (they are told and must be
  * polling; one round trip per such rank).
  * Errors: FH_ERR_INVALID_ARG, FH_ERR_ACCESS (not mapped), FH_ERR_MPI (attach
- * failed). Thread-safe; not from handlers.
+ * failed).
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */
 int fh_mem_register(struct fh_ctx_t *ctx, void *addr, size_t len);
 
@@ -664,7 +722,9 @@ int fh_mem_register(struct fh_ctx_t *ctx, void *addr, size_t len);
  * Undo fh_mem_register of exactly this range. Every rank that cached the
  * registration is told to drop it and complete its operations first, so no peer
  * accesses the range afterwards (one AM round trip per such peer). Errors:
- * FH_ERR_NOT_PINNED if no registration matches. Not from handlers.
+ * FH_ERR_NOT_PINNED if no registration matches.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */
 int fh_mem_unregister(struct fh_ctx_t *ctx, void *addr, size_t len);
 
@@ -673,8 +733,9 @@ int fh_mem_unregister(struct fh_ctx_t *ctx, void *addr, size_t len);
  * overlapping it, here and in every peer that holds one (each is told to forget it
  * and complete its operations, and acknowledges, before this returns; they must be
  * polling). Call it after munmap/free and before the memory is reused, so no rank
- * keeps writing through a stale pin. FH_OK even if nothing overlapped. Not from
- * handlers.
+ * keeps writing through a stale pin. FH_OK even if nothing overlapped.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */
 int fh_mem_invalidate(struct fh_ctx_t *ctx, void *addr, size_t len);
 
@@ -682,7 +743,7 @@ int fh_mem_invalidate(struct fh_ctx_t *ctx, void *addr, size_t len);
  * Copy `nbytes` from local `src` to `dst` in `rank`'s address space; returns when the
  * data is visible at the target. `dst` must lie in memory the target allocated with
  * fh_malloc or registered with fh_mem_register (else FH_ERR_ACCESS, decided by the
- * target). nbytes 0 is a no-op. Thread-safe; not from handlers.
+ * target). nbytes 0 is a no-op.
  *
  * Progress rule: heap (fh_malloc) memory is accessed fully one-sided. The first
  * access to a peer's *registered* region asks the peer (one AM round trip; later
@@ -690,18 +751,25 @@ int fh_mem_invalidate(struct fh_ctx_t *ctx, void *addr, size_t len);
  * inside any firehose call (fh_poll, fh_barrier, a blocking call) or running
  * FH_PROGRESS=thread. A peer blocked in MPI_Barrier or computing without calls
  * delays this call until it polls.
+ *
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */
 int fh_put(struct fh_ctx_t *ctx, int rank, void *dst, const void *src, size_t nbytes);
 
 /**
  * Copy `nbytes` from `src` in `rank`'s address space to local `dst`; returns when
  * the data has arrived. Same rules as fh_put.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */
 int fh_get(struct fh_ctx_t *ctx, void *dst, int rank, const void *src, size_t nbytes);
 
 /**
  * Non-blocking put: `src` must not change until the handle is synced (fh_wait,
- * fh_test, ...). Writes `*h_out` (FH_HANDLE_NULL for nbytes 0). Thread-safe.
+ * fh_test, ...). Writes `*h_out` (FH_HANDLE_NULL for nbytes 0).
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 int fh_put_nb(struct fh_ctx_t *ctx,
               int rank,
@@ -711,7 +779,9 @@ int fh_put_nb(struct fh_ctx_t *ctx,
               fh_handle_t *h_out);
 
 /**
- * Non-blocking get: `dst` is valid once the handle is synced. Thread-safe.
+ * Non-blocking get: `dst` is valid once the handle is synced.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 int fh_get_nb(struct fh_ctx_t *ctx,
               void *dst,
@@ -722,70 +792,90 @@ int fh_get_nb(struct fh_ctx_t *ctx,
 
 /**
  * Implicit-handle put, completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 int fh_put_nbi(struct fh_ctx_t *ctx, int rank, void *dst, const void *src, size_t nbytes);
 
 /**
  * Implicit-handle get, completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 int fh_get_nbi(struct fh_ctx_t *ctx, void *dst, int rank, const void *src, size_t nbytes);
 
 /**
  * FH_OK if `h` is complete (the handle is then retired), FH_NOT_READY if not.
  * FH_HANDLE_NULL is complete. A retired or unknown handle is FH_ERR_INVALID_ARG.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 int fh_test(struct fh_ctx_t *ctx, fh_handle_t h);
 
 /**
  * Wait until `h` completes (progressing AMs meanwhile); retires it.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */
 int fh_wait(struct fh_ctx_t *ctx, fh_handle_t h);
 
 /**
  * Wait for all `n` handles; each becomes FH_HANDLE_NULL. FH_HANDLE_NULL entries are
  * skipped. Returns the first error after completing the rest.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */
 int fh_wait_all(struct fh_ctx_t *ctx, fh_handle_t *hs, size_t n);
 
 /**
  * FH_OK if all `n` handles are complete (completed ones become FH_HANDLE_NULL), else
  * FH_NOT_READY.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 int fh_test_all(struct fh_ctx_t *ctx, fh_handle_t *hs, size_t n);
 
 /**
  * Wait until at least one of the `n` handles completes (those become
  * FH_HANDLE_NULL). Returns at once if all are FH_HANDLE_NULL.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */
 int fh_wait_some(struct fh_ctx_t *ctx, fh_handle_t *hs, size_t n);
 
 /**
  * Complete every implicit-handle operation of kind `which` (FH_NBI_PUTS,
  * FH_NBI_GETS, FH_NBI_ALL) issued by this context.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */
 int fh_wait_nbi(struct fh_ctx_t *ctx, int which);
 
 /**
  * FH_OK if every implicit-handle operation of kind `which` is complete, else
  * FH_NOT_READY.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 int fh_test_nbi(struct fh_ctx_t *ctx, int which);
 
 /**
  * Static description of a status code ("FH_ERR_ACCESS: ..."). Never NULL.
- * Thread-safe; may be called from AM handlers.
+ * Threads: any thread, at any time, no context needed. Also from AM handlers.
  */
 const char *fh_strerror(int status);
 
 /**
  * Copy this thread's last detailed error message (what failed, with which argument)
  * into `buf` (NUL-terminated, truncated to `len`); returns the full message length.
- * `buf` may be NULL when `len` is 0 (to query the length). Thread-safe.
+ * `buf` may be NULL when `len` is 0 (to query the length).
+ * Threads: any thread, at any time, no context needed. Also from AM handlers.
  */
 size_t fh_last_error(char *buf, size_t len);
 
 /**
  * The library version: (major << 16) | (minor << 8) | patch.
+ * Threads: any thread, at any time, no context needed.
  */
 unsigned int fh_version(void);
 
@@ -793,6 +883,7 @@ unsigned int fh_version(void);
  * Check that a program compiled against header version `major.minor` with
  * `sizeof(fh_config_t) == config_size` can use this library. `fh_init` (the inline
  * wrapper) calls it for you. Returns FH_OK or FH_ERR_VERSION.
+ * Threads: any thread, at any time, no context needed.
  */
 int fh_version_check(unsigned int major, unsigned int minor, size_t config_size);
 

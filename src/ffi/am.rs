@@ -51,7 +51,9 @@ fn user_index(index: c_uint) -> Result<u8> {
 /// Register `fn` at `index` (FH_AM_INDEX_USER_MIN..FH_AM_INDEX_USER_MAX) with `user`
 /// passed to every call. Replaces an earlier registration. Register on every rank
 /// before other ranks send to that index (an AM to an index with no handler is
-/// refused by the target and reported to the sender by fh_poll). Thread-safe.
+/// refused by the target and reported to the sender by fh_poll).
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_am_register(
     ctx: *mut fh_ctx_t,
@@ -72,7 +74,9 @@ pub extern "C" fn fh_am_register(
 
 /// Send a short request (arguments only) to `rank`'s handler `index`. Blocks only
 /// while flow control says `rank` has too many of our requests unhandled (it keeps
-/// serving AMs meanwhile). Not from handlers.
+/// serving AMs meanwhile).
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
 #[no_mangle]
 pub extern "C" fn fh_am_request_short(
     ctx: *mut fh_ctx_t,
@@ -93,7 +97,9 @@ pub extern "C" fn fh_am_request_short(
 
 /// Send a medium request: `nbytes` (<= fh_am_max_medium) of `buf` are copied into
 /// the message; the handler sees them in a temporary buffer. `buf` may be reused
-/// when this returns. Not from handlers.
+/// when this returns.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
 #[no_mangle]
 pub extern "C" fn fh_am_request_medium(
     ctx: *mut fh_ctx_t,
@@ -117,7 +123,9 @@ pub extern "C" fn fh_am_request_medium(
 
 /// Send a long request: `nbytes` (<= fh_am_max_long) of `buf` land at `dst` in
 /// `rank`'s memory (fh_malloc'd or registered there, else FH_ERR_ACCESS) before the
-/// handler runs with buf = dst. Returns when `buf` may be reused. Not from handlers.
+/// handler runs with buf = dst. Returns when `buf` may be reused.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
 #[no_mangle]
 pub extern "C" fn fh_am_request_long(
     ctx: *mut fh_ctx_t,
@@ -159,6 +167,8 @@ unsafe fn token<'a>(token: *mut Token) -> Result<&'a Token> {
 
 /// Reply (short) to the request being handled. Only from a request handler, at most
 /// once. Never blocks.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Also from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_am_reply_short(
     tok: *mut Token,
@@ -176,6 +186,8 @@ pub extern "C" fn fh_am_reply_short(
 }
 
 /// Reply (medium) to the request being handled; `buf` is copied.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Also from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_am_reply_medium(
     tok: *mut Token,
@@ -198,6 +210,8 @@ pub extern "C" fn fh_am_reply_medium(
 /// Reply (long) to the request being handled: `buf` is copied and lands at `dst` on
 /// the requester before its handler runs. If `dst` is not fh_malloc'd or registered
 /// memory there, the requester refuses it and fh_poll here reports FH_ERR_ACCESS.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Also from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_am_reply_long(
     tok: *mut Token,
@@ -222,6 +236,8 @@ pub extern "C" fn fh_am_reply_long(
 }
 
 /// The rank that sent the message being handled, or a negative FH_ERR_*.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Also from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_am_source(tok: *const Token) -> c_int {
     crate::ffi_boundary!(status {
@@ -232,12 +248,16 @@ pub extern "C" fn fh_am_source(tok: *const Token) -> c_int {
 }
 
 /// Most 64-bit arguments an AM carries (16).
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Also from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_am_max_args() -> usize {
     MAX_ARGS
 }
 
 /// Largest medium payload for this context (FH_AM_MAX_MEDIUM); 0 if ctx is invalid.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Also from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_am_max_medium(ctx: *const fh_ctx_t) -> usize {
     crate::ffi_boundary!(value 0, {
@@ -248,6 +268,8 @@ pub extern "C" fn fh_am_max_medium(ctx: *const fh_ctx_t) -> usize {
 }
 
 /// Largest long payload for this context (FH_AM_MAX_LONG); 0 if ctx is invalid.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Also from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_am_max_long(ctx: *const fh_ctx_t) -> usize {
     crate::ffi_boundary!(value 0, {

@@ -54,7 +54,9 @@ fn local(
 /// registered; on the MPI conduit it also locks the pages). Blocks while the local
 /// share (MAXVICTIM) is used by operations in flight. Errors: FH_ERR_INVALID_ARG
 /// (NULL, len 0), FH_ERR_ACCESS (not mapped), FH_ERR_NO_RESOURCE (longer than the
-/// local share). Thread-safe; not from handlers.
+/// local share).
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
 #[no_mangle]
 pub extern "C" fn fh_local_pin(
     ctx: *mut fh_ctx_t,
@@ -66,7 +68,9 @@ pub extern "C" fn fh_local_pin(
 }
 
 /// As fh_local_pin, but only if the whole range is pinned already (the references
-/// are taken); FH_ERR_NOT_PINNED otherwise. Never blocks; allowed in handlers.
+/// are taken); FH_ERR_NOT_PINNED otherwise. Never blocks.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Also from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_try_local_pin(
     ctx: *mut fh_ctx_t,
@@ -79,6 +83,8 @@ pub extern "C" fn fh_try_local_pin(
 
 /// A pin of the largest part of `[addr, addr+len)` that is pinned already (see
 /// fh_pin_bounds); FH_ERR_NOT_PINNED if no part is. Never blocks.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Also from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_partial_local_pin(
     ctx: *mut fh_ctx_t,
@@ -108,8 +114,9 @@ unsafe impl Send for Callback {}
 /// The peer's fh_malloc memory and regions it registered are prepinned: their pins
 /// hold nothing. `*pin_out` is left unchanged on error.
 /// Errors: FH_ERR_INVALID_ARG (also for this rank: use fh_local_pin), FH_ERR_BAD_RANK,
-/// FH_ERR_ACCESS (the target refused: not mapped there). Thread-safe; not from
-/// handlers.
+/// FH_ERR_ACCESS (the target refused: not mapped there).
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub extern "C" fn fh_remote_pin(
@@ -191,6 +198,8 @@ fn remote_try(
 
 /// As fh_remote_pin, but only on a hit (references taken); FH_ERR_NOT_PINNED on a
 /// miss, with no message sent. Never blocks.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Also from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_try_remote_pin(
     ctx: *mut fh_ctx_t,
@@ -204,6 +213,8 @@ pub extern "C" fn fh_try_remote_pin(
 
 /// A pin of the largest part of the remote range already covered by this rank's
 /// firehoses (see fh_pin_bounds); FH_ERR_NOT_PINNED if none. Never blocks.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Also from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_partial_remote_pin(
     ctx: *mut fh_ctx_t,
@@ -216,7 +227,8 @@ pub extern "C" fn fh_partial_remote_pin(
 }
 
 /// The range a pin covers (for partial pins, the part that was pinned).
-/// Thread-safe; allowed in handlers.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Also from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_pin_bounds(
     pin: *const fh_pin_t,
@@ -246,8 +258,9 @@ pub extern "C" fn fh_pin_bounds(
 
 /// Release a pin (its references; the memory may later be unpinned) and free the
 /// fh_pin_t. Using the pin afterwards is undefined. After fh_mem_invalidate of its
-/// range a pin's release is accepted and has no effect. Thread-safe; allowed in
-/// handlers and pin callbacks.
+/// range a pin's release is accepted and has no effect. Also from pin callbacks.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Also from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_release(ctx: *mut fh_ctx_t, pin: *mut fh_pin_t) -> c_int {
     crate::ffi_boundary!(status {
@@ -272,7 +285,9 @@ pub extern "C" fn fh_release(ctx: *mut fh_ctx_t, pin: *mut fh_pin_t) -> c_int {
     })
 }
 
-/// Fill `*out` with this context's statistics. Thread-safe.
+/// Fill `*out` with this context's statistics.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_stats_get(ctx: *const fh_ctx_t, out_stats: *mut FhSnapshot) -> c_int {
     crate::ffi_boundary!(status {
@@ -286,7 +301,9 @@ pub extern "C" fn fh_stats_get(ctx: *const fh_ctx_t, out_stats: *mut FhSnapshot)
     })
 }
 
-/// Zero the counters of fh_stats_t (levels and parameters stay). Thread-safe.
+/// Zero the counters of fh_stats_t (levels and parameters stay).
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_stats_reset(ctx: *mut fh_ctx_t) -> c_int {
     crate::ffi_boundary!(status {
@@ -301,8 +318,8 @@ pub extern "C" fn fh_stats_reset(ctx: *mut fh_ctx_t) -> c_int {
 /// Copy the calling thread's firehose-SMP counters (summed over every context this
 /// thread used) into `*out_stats`: acquisitions beyond a one-entry hit, how many
 /// entered deadlock avoidance, posted the DA flag, rolled back, slept, and the time
-/// spent there. Thread-safe (each thread sees its own). Seed 000 §5's fairness is
-/// read by comparing these across threads.
+/// spent there. Seed 000 §5's fairness is read by comparing these across threads.
+/// Threads: any thread, at any time, no context needed. Acts on the calling thread's own counters.
 #[no_mangle]
 pub extern "C" fn fh_stats_thread_get(out_stats: *mut ThreadStats) -> c_int {
     crate::ffi_boundary!(status {
@@ -313,7 +330,8 @@ pub extern "C" fn fh_stats_thread_get(out_stats: *mut ThreadStats) -> c_int {
     })
 }
 
-/// Zero the calling thread's counters of fh_thread_stats_t. Thread-safe.
+/// Zero the calling thread's counters of fh_thread_stats_t.
+/// Threads: any thread, at any time, no context needed. Acts on the calling thread's own counters.
 #[no_mangle]
 pub extern "C" fn fh_stats_thread_reset() -> c_int {
     crate::ffi_boundary!(status {

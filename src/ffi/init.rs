@@ -163,7 +163,8 @@ unsafe fn overrides(cfg: *const fh_config_t) -> Result<Vec<(&'static str, String
 
 /// Fill `cfg` with the defaults, then the FH_* environment. A malformed environment
 /// value is left at its default and reported by `fh_last_error` (and by `fh_init`,
-/// which fails with FH_ERR_INVALID_ARG naming the variable). Thread-safe.
+/// which fails with FH_ERR_INVALID_ARG naming the variable).
+/// Threads: any thread, at any time, no context needed.
 #[no_mangle]
 pub extern "C" fn fh_config_init(cfg: *mut fh_config_t) {
     crate::ffi_boundary!(value(), {
@@ -191,11 +192,12 @@ fn finish_init(ctx: Result<Context>, ctx_out: *mut *mut fh_ctx_t) -> Result<c_in
 }
 
 /// Create a context on the communicator whose Fortran handle is `comm_f`
-/// (`MPI_Comm_c2f(comm)` in C; the integer itself in Fortran). Collective over the
-/// communicator. MPI must already be initialised by the program (else FH_ERR_STATE);
-/// the library then never finalizes MPI. `cfg` may be NULL (defaults + environment).
-/// Fails with FH_ERR_MPI if the program runs a different MPI than the library was
-/// built for. Call from one thread per context.
+/// (`MPI_Comm_c2f(comm)` in C; the integer itself in Fortran). MPI must already be
+/// initialised by the program (else FH_ERR_STATE); the library then never finalizes
+/// MPI. `cfg` may be NULL (defaults + environment). Fails with FH_ERR_MPI if the
+/// program runs a different MPI than the library was built for.
+/// Threads: collective over the communicator; call from one thread per rank. The new context may
+/// then be used from several threads (see fh_init_world's thread level).
 #[no_mangle]
 pub extern "C" fn fh_init_comm_f(
     comm_f: c_int,
@@ -218,6 +220,8 @@ pub extern "C" fn fh_init_comm_f(
 /// Create a context on MPI_COMM_WORLD, initialising MPI first (with the thread level
 /// of FH_MPI_THREAD, default MPI_THREAD_MULTIPLE) if the program has not. If the
 /// library initialised MPI, finalizing its last context finalizes MPI.
+/// Threads: collective over the communicator; call from one thread per rank. The new context may
+/// then be used from several threads (see fh_init_world's thread level).
 #[no_mangle]
 pub extern "C" fn fh_init_world(cfg: *const fh_config_t, ctx_out: *mut *mut fh_ctx_t) -> c_int {
     crate::ffi_boundary!(status {
@@ -236,7 +240,8 @@ pub extern "C" fn fh_init_world(cfg: *const fh_config_t, ctx_out: *mut *mut fh_c
 /// Collective: complete all operations, serve AMs until every rank arrives, release
 /// everything. Finalizes MPI only if fh_init_world initialised it and this was the
 /// last context. The handle stays valid memory: later calls return FH_ERR_STATE.
-/// No other thread may use `ctx` during or after this call.
+/// Threads: collective; no other call on this context may run concurrently, and the context must
+/// not be used by any thread afterwards.
 #[no_mangle]
 pub extern "C" fn fh_finalize(ctx: *mut fh_ctx_t) -> c_int {
     crate::ffi_boundary!(status {
@@ -246,8 +251,9 @@ pub extern "C" fn fh_finalize(ctx: *mut fh_ctx_t) -> c_int {
     })
 }
 
-/// This rank in the context's communicator, or a negative FH_ERR_*. Thread-safe,
-/// handler-safe.
+/// This rank in the context's communicator, or a negative FH_ERR_*.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Also from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_rank(ctx: *const fh_ctx_t) -> c_int {
     crate::ffi_boundary!(status {
@@ -259,7 +265,8 @@ pub extern "C" fn fh_rank(ctx: *const fh_ctx_t) -> c_int {
 }
 
 /// Number of ranks in the context's communicator, or a negative FH_ERR_*.
-/// Thread-safe, handler-safe.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Also from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_size(ctx: *const fh_ctx_t) -> c_int {
     crate::ffi_boundary!(status {
@@ -271,8 +278,9 @@ pub extern "C" fn fh_size(ctx: *const fh_ctx_t) -> c_int {
 }
 
 /// Run pending AM handlers and progress. Returns FH_OK, or the first asynchronous
-/// error since the last poll (e.g. a peer refused one of our AMs). Thread-safe; not
-/// from handlers.
+/// error since the last poll (e.g. a peer refused one of our AMs).
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_poll(ctx: *mut fh_ctx_t) -> c_int {
     crate::ffi_boundary!(status {
@@ -286,8 +294,10 @@ pub extern "C" fn fh_poll(ctx: *mut fh_ctx_t) -> c_int {
 /// Collective: return when every rank of the context has entered, serving active
 /// messages while waiting. Use it instead of MPI_Barrier whenever other ranks may
 /// need this one to make progress (their first access to memory registered here, or
-/// AMs they wait for): MPI_Barrier does not run firehose handlers. Not from handlers;
-/// one barrier at a time per context.
+/// AMs they wait for): MPI_Barrier does not run firehose handlers. One barrier at a
+/// time per context.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
 #[no_mangle]
 pub extern "C" fn fh_barrier(ctx: *mut fh_ctx_t) -> c_int {
     crate::ffi_boundary!(status {
@@ -301,6 +311,8 @@ pub extern "C" fn fh_barrier(ctx: *mut fh_ctx_t) -> c_int {
 /// Print every setting, its value and where it came from (default, fh_config_t,
 /// environment), plus conduit facts (MPI library, thread level, progress thread), to
 /// stdout. With `ctx` NULL, prints what defaults + environment give.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_config_print(ctx: *const fh_ctx_t) -> c_int {
     crate::ffi_boundary!(status {

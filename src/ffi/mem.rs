@@ -5,7 +5,9 @@ use std::os::raw::{c_int, c_void};
 
 /// Allocate `nbytes` of RMA-ready memory from this rank's library heap (always
 /// registered; 64-byte aligned). Returns NULL on error (see fh_last_error): nbytes
-/// 0, or the heap (FH_HEAP_SIZE) is exhausted. Thread-safe; not from handlers.
+/// 0, or the heap (FH_HEAP_SIZE) is exhausted.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_malloc(ctx: *mut fh_ctx_t, nbytes: usize) -> *mut c_void {
     crate::ffi_boundary!(value std::ptr::null_mut(), {
@@ -17,6 +19,8 @@ pub extern "C" fn fh_malloc(ctx: *mut fh_ctx_t, nbytes: usize) -> *mut c_void {
 
 /// Free memory from fh_malloc. NULL is ignored; anything else that is not a live
 /// allocation of this context is refused (reported by fh_last_error) without effect.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_free(ctx: *mut fh_ctx_t, ptr: *mut c_void) {
     crate::ffi_boundary!(value(), {
@@ -36,7 +40,9 @@ pub extern "C" fn fh_free(ctx: *mut fh_ctx_t, ptr: *mut c_void) {
 /// pins other ranks hold in the range are dropped first (they are told and must be
 /// polling; one round trip per such rank).
 /// Errors: FH_ERR_INVALID_ARG, FH_ERR_ACCESS (not mapped), FH_ERR_MPI (attach
-/// failed). Thread-safe; not from handlers.
+/// failed).
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
 #[no_mangle]
 pub extern "C" fn fh_mem_register(ctx: *mut fh_ctx_t, addr: *mut c_void, len: usize) -> c_int {
     crate::ffi_boundary!(status {
@@ -50,7 +56,9 @@ pub extern "C" fn fh_mem_register(ctx: *mut fh_ctx_t, addr: *mut c_void, len: us
 /// Undo fh_mem_register of exactly this range. Every rank that cached the
 /// registration is told to drop it and complete its operations first, so no peer
 /// accesses the range afterwards (one AM round trip per such peer). Errors:
-/// FH_ERR_NOT_PINNED if no registration matches. Not from handlers.
+/// FH_ERR_NOT_PINNED if no registration matches.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
 #[no_mangle]
 pub extern "C" fn fh_mem_unregister(ctx: *mut fh_ctx_t, addr: *mut c_void, len: usize) -> c_int {
     crate::ffi_boundary!(status {
@@ -65,8 +73,9 @@ pub extern "C" fn fh_mem_unregister(ctx: *mut fh_ctx_t, addr: *mut c_void, len: 
 /// overlapping it, here and in every peer that holds one (each is told to forget it
 /// and complete its operations, and acknowledges, before this returns; they must be
 /// polling). Call it after munmap/free and before the memory is reused, so no rank
-/// keeps writing through a stale pin. FH_OK even if nothing overlapped. Not from
-/// handlers.
+/// keeps writing through a stale pin. FH_OK even if nothing overlapped.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
 #[no_mangle]
 pub extern "C" fn fh_mem_invalidate(ctx: *mut fh_ctx_t, addr: *mut c_void, len: usize) -> c_int {
     crate::ffi_boundary!(status {

@@ -17,7 +17,7 @@ const _: () = assert!(FH_NBI_PUTS == NBI_PUTS && FH_NBI_GETS == NBI_GETS && FH_N
 /// Copy `nbytes` from local `src` to `dst` in `rank`'s address space; returns when the
 /// data is visible at the target. `dst` must lie in memory the target allocated with
 /// fh_malloc or registered with fh_mem_register (else FH_ERR_ACCESS, decided by the
-/// target). nbytes 0 is a no-op. Thread-safe; not from handlers.
+/// target). nbytes 0 is a no-op.
 ///
 /// Progress rule: heap (fh_malloc) memory is accessed fully one-sided. The first
 /// access to a peer's *registered* region asks the peer (one AM round trip; later
@@ -25,6 +25,9 @@ const _: () = assert!(FH_NBI_PUTS == NBI_PUTS && FH_NBI_GETS == NBI_GETS && FH_N
 /// inside any firehose call (fh_poll, fh_barrier, a blocking call) or running
 /// FH_PROGRESS=thread. A peer blocked in MPI_Barrier or computing without calls
 /// delays this call until it polls.
+///
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
 #[no_mangle]
 pub extern "C" fn fh_put(
     ctx: *mut fh_ctx_t,
@@ -43,6 +46,8 @@ pub extern "C" fn fh_put(
 
 /// Copy `nbytes` from `src` in `rank`'s address space to local `dst`; returns when
 /// the data has arrived. Same rules as fh_put.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
 #[no_mangle]
 pub extern "C" fn fh_get(
     ctx: *mut fh_ctx_t,
@@ -60,7 +65,9 @@ pub extern "C" fn fh_get(
 }
 
 /// Non-blocking put: `src` must not change until the handle is synced (fh_wait,
-/// fh_test, ...). Writes `*h_out` (FH_HANDLE_NULL for nbytes 0). Thread-safe.
+/// fh_test, ...). Writes `*h_out` (FH_HANDLE_NULL for nbytes 0).
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_put_nb(
     ctx: *mut fh_ctx_t,
@@ -83,7 +90,9 @@ pub extern "C" fn fh_put_nb(
     })
 }
 
-/// Non-blocking get: `dst` is valid once the handle is synced. Thread-safe.
+/// Non-blocking get: `dst` is valid once the handle is synced.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_get_nb(
     ctx: *mut fh_ctx_t,
@@ -107,6 +116,8 @@ pub extern "C" fn fh_get_nb(
 }
 
 /// Implicit-handle put, completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_put_nbi(
     ctx: *mut fh_ctx_t,
@@ -124,6 +135,8 @@ pub extern "C" fn fh_put_nbi(
 }
 
 /// Implicit-handle get, completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_get_nbi(
     ctx: *mut fh_ctx_t,
@@ -142,6 +155,8 @@ pub extern "C" fn fh_get_nbi(
 
 /// FH_OK if `h` is complete (the handle is then retired), FH_NOT_READY if not.
 /// FH_HANDLE_NULL is complete. A retired or unknown handle is FH_ERR_INVALID_ARG.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_test(ctx: *mut fh_ctx_t, h: fh_handle_t) -> c_int {
     crate::ffi_boundary!(status {
@@ -152,6 +167,8 @@ pub extern "C" fn fh_test(ctx: *mut fh_ctx_t, h: fh_handle_t) -> c_int {
 }
 
 /// Wait until `h` completes (progressing AMs meanwhile); retires it.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
 #[no_mangle]
 pub extern "C" fn fh_wait(ctx: *mut fh_ctx_t, h: fh_handle_t) -> c_int {
     crate::ffi_boundary!(status {
@@ -164,6 +181,8 @@ pub extern "C" fn fh_wait(ctx: *mut fh_ctx_t, h: fh_handle_t) -> c_int {
 
 /// Wait for all `n` handles; each becomes FH_HANDLE_NULL. FH_HANDLE_NULL entries are
 /// skipped. Returns the first error after completing the rest.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
 #[no_mangle]
 pub extern "C" fn fh_wait_all(ctx: *mut fh_ctx_t, hs: *mut fh_handle_t, n: usize) -> c_int {
     crate::ffi_boundary!(status {
@@ -177,6 +196,8 @@ pub extern "C" fn fh_wait_all(ctx: *mut fh_ctx_t, hs: *mut fh_handle_t, n: usize
 
 /// FH_OK if all `n` handles are complete (completed ones become FH_HANDLE_NULL), else
 /// FH_NOT_READY.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_test_all(ctx: *mut fh_ctx_t, hs: *mut fh_handle_t, n: usize) -> c_int {
     crate::ffi_boundary!(status {
@@ -189,6 +210,8 @@ pub extern "C" fn fh_test_all(ctx: *mut fh_ctx_t, hs: *mut fh_handle_t, n: usize
 
 /// Wait until at least one of the `n` handles completes (those become
 /// FH_HANDLE_NULL). Returns at once if all are FH_HANDLE_NULL.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
 #[no_mangle]
 pub extern "C" fn fh_wait_some(ctx: *mut fh_ctx_t, hs: *mut fh_handle_t, n: usize) -> c_int {
     crate::ffi_boundary!(status {
@@ -202,6 +225,8 @@ pub extern "C" fn fh_wait_some(ctx: *mut fh_ctx_t, hs: *mut fh_handle_t, n: usiz
 
 /// Complete every implicit-handle operation of kind `which` (FH_NBI_PUTS,
 /// FH_NBI_GETS, FH_NBI_ALL) issued by this context.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
 #[no_mangle]
 pub extern "C" fn fh_wait_nbi(ctx: *mut fh_ctx_t, which: c_int) -> c_int {
     crate::ffi_boundary!(status {
@@ -214,6 +239,8 @@ pub extern "C" fn fh_wait_nbi(ctx: *mut fh_ctx_t, which: c_int) -> c_int {
 
 /// FH_OK if every implicit-handle operation of kind `which` is complete, else
 /// FH_NOT_READY.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_test_nbi(ctx: *mut fh_ctx_t, which: c_int) -> c_int {
     crate::ffi_boundary!(status {

@@ -37,7 +37,7 @@ pub(crate) const MINOR: u32 = parse_u32(env!("CARGO_PKG_VERSION_MINOR"));
 pub(crate) const PATCH: u32 = parse_u32(env!("CARGO_PKG_VERSION_PATCH"));
 
 /// Static description of a status code ("FH_ERR_ACCESS: ..."). Never NULL.
-/// Thread-safe; may be called from AM handlers.
+/// Threads: any thread, at any time, no context needed. Also from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_strerror(status: c_int) -> *const c_char {
     crate::ffi_boundary!(value c"unknown firehose status".as_ptr(), {
@@ -50,7 +50,8 @@ pub extern "C" fn fh_strerror(status: c_int) -> *const c_char {
 
 /// Copy this thread's last detailed error message (what failed, with which argument)
 /// into `buf` (NUL-terminated, truncated to `len`); returns the full message length.
-/// `buf` may be NULL when `len` is 0 (to query the length). Thread-safe.
+/// `buf` may be NULL when `len` is 0 (to query the length).
+/// Threads: any thread, at any time, no context needed. Also from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_last_error(buf: *mut c_char, len: usize) -> usize {
     crate::ffi_boundary!(value 0, {
@@ -69,6 +70,7 @@ pub extern "C" fn fh_last_error(buf: *mut c_char, len: usize) -> usize {
 }
 
 /// The library version: (major << 16) | (minor << 8) | patch.
+/// Threads: any thread, at any time, no context needed.
 #[no_mangle]
 pub extern "C" fn fh_version() -> c_uint {
     (MAJOR << 16) | (MINOR << 8) | PATCH
@@ -77,6 +79,7 @@ pub extern "C" fn fh_version() -> c_uint {
 /// Check that a program compiled against header version `major.minor` with
 /// `sizeof(fh_config_t) == config_size` can use this library. `fh_init` (the inline
 /// wrapper) calls it for you. Returns FH_OK or FH_ERR_VERSION.
+/// Threads: any thread, at any time, no context needed.
 #[no_mangle]
 pub extern "C" fn fh_version_check(major: c_uint, minor: c_uint, config_size: usize) -> c_int {
     crate::ffi_boundary!(status {

@@ -586,6 +586,13 @@ pub fn show_size(n: usize) -> String {
     n.to_string()
 }
 
+/// `FH_DEBUG_TABLES=1`: print firehose table diagnostics to stderr when a request
+/// gives up or a peer exceeds its firehoses (read once).
+pub fn debug_tables() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("FH_DEBUG_TABLES").is_some_and(|v| v != "0"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -651,11 +658,4 @@ mod tests {
         let e = Config::resolve(&[], |n| (n == "FH_AM_MAX_LONG").then(|| "1K".into())).unwrap_err();
         assert!(e.msg.contains("FH_AM_MAX_LONG"), "{}", e.msg);
     }
-}
-
-/// `FH_DEBUG_TABLES=1`: print firehose table diagnostics to stderr when a request
-/// gives up or a peer exceeds its firehoses (read once).
-pub fn debug_tables() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("FH_DEBUG_TABLES").is_some_and(|v| v != "0"))
 }
