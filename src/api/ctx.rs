@@ -81,7 +81,8 @@ pub struct CtxInner {
     pub(crate) async_err: Mutex<Option<(Error, u64)>>,
     /// Fast check for `async_err` (polling must not take its lock every time).
     pub(crate) async_pending: AtomicBool,
-    pub(crate) call_count: AtomicU64,
+    /// Hot-path counters, sharded by thread.
+    pub hot: crate::api::stats::Hot,
     /// Lines for fh_config_print beyond the settings table.
     pub info: Mutex<Vec<String>>,
     /// Keeps the sim poll hook alive (the sim conduit holds a Weak to it).
@@ -352,7 +353,7 @@ impl CtxInner {
             next_id: AtomicU64::new(1),
             async_err: Mutex::new(None),
             async_pending: AtomicBool::new(false),
-            call_count: AtomicU64::new(0),
+            hot: Default::default(),
             info: Mutex::new(info),
             sim_hook: Mutex::new(None),
             state: AtomicU8::new(State::Live as u8),
@@ -436,8 +437,9 @@ impl CtxInner {
     pub fn maybe_poll(&self) {
         // A plain load/store, not an atomic add: under concurrency a lost increment
         // only shifts when the next poll happens.
-        let n = self.call_count.load(Ordering::Relaxed).wrapping_add(1);
-        self.call_count.store(n, Ordering::Relaxed);
+        let c = &self.hot.shard().calls;
+        let n = c.load(Ordering::Relaxed).wrapping_add(1);
+        c.store(n, Ordering::Relaxed);
         if n % POLL_EVERY == 0 && !am::in_handler() {
             let _ = self.progress_once();
         }

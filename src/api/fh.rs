@@ -662,7 +662,7 @@ impl CtxInner {
         // Fast path: one live entry covers it.
         if self.fh_hits_one_sided() {
             if let Some(h) = fh.peers[rank].lock().hit_one(addr, addr + len) {
-                self.count(&fh.stats.hits, 1);
+                self.count(&self.hot.shard().hits, 1);
                 return Ok(Grant::Pins(OpPins {
                     rank,
                     remote: vec![h],
@@ -1192,10 +1192,14 @@ impl CtxInner {
             used += p.used as u64;
             idle += p.idle as u64;
         }
-        let st = self.stats.snapshot();
+        let mut st = self.stats.snapshot();
+        st.puts += self.hot.sum(|s| &s.puts);
+        st.gets += self.hot.sum(|s| &s.gets);
+        st.put_bytes += self.hot.sum(|s| &s.put_bytes);
+        st.get_bytes += self.hot.sum(|s| &s.get_bytes);
         FhSnapshot {
             struct_size: std::mem::size_of::<FhSnapshot>() as u64,
-            hits: g(&fh.stats.hits),
+            hits: g(&fh.stats.hits) + self.hot.sum(|s| &s.hits),
             misses: g(&fh.stats.misses),
             pending_hits: g(&fh.stats.pending_hits),
             local_hits: g(&fh.stats.local_hits),
@@ -1239,6 +1243,7 @@ impl CtxInner {
     pub fn fh_stats_reset(&self) {
         self.fh.stats.reset();
         self.stats.reset();
+        self.hot.reset();
         let mut l = self.fh.local.lock();
         l.counts.pins = 0;
         l.counts.unpins = 0;

@@ -239,7 +239,7 @@ impl CtxInner {
             // the target; take a reference, transfer, release.
             let hit = self.with_peer(rank, |t| t.hit_one(remote, remote + nbytes));
             if let Some(h) = hit {
-                self.count(&self.fh.stats.hits, 1);
+                self.count(&self.hot.shard().hits, 1);
                 // SAFETY: as above; the firehose keeps the target pinned and
                 // registered until our reference is released after completion.
                 let r = unsafe { self.raw(dir, rank, remote, local, nbytes, blocking) };
@@ -422,9 +422,10 @@ impl CtxInner {
 
     #[inline]
     fn count_rma(&self, dir: Dir, nbytes: usize) {
+        let sh = self.hot.shard();
         let (ops, bytes) = match dir {
-            Dir::Put => (&self.stats.puts, &self.stats.put_bytes),
-            Dir::Get => (&self.stats.gets, &self.stats.get_bytes),
+            Dir::Put => (&sh.puts, &sh.put_bytes),
+            Dir::Get => (&sh.gets, &sh.get_bytes),
         };
         self.count(ops, 1);
         self.count(bytes, nbytes as u64);

@@ -44,3 +44,68 @@ impl Stats {
         c.fetch_add(n, Ordering::Relaxed);
     }
 }
+
+/// Shards of [`Hot`]: a power of two.
+const SHARDS: usize = 16;
+
+/// Counters written on every RMA call, sharded by thread: threads of one context
+/// increment different cache lines, so the hit path has no shared write (with one
+/// shared counter every put of every thread would bounce its line between cores).
+/// Sums are exact; a snapshot is not atomic across shards.
+#[repr(align(128))]
+#[derive(Default)]
+pub struct HotShard {
+    pub puts: AtomicU64,
+    pub gets: AtomicU64,
+    pub put_bytes: AtomicU64,
+    pub get_bytes: AtomicU64,
+    /// Firehose hits.
+    pub hits: AtomicU64,
+    /// Library calls (for the periodic poll of non-blocking calls).
+    pub calls: AtomicU64,
+}
+
+pub struct Hot {
+    shards: Box<[HotShard]>,
+}
+
+impl Default for Hot {
+    fn default() -> Self {
+        Hot {
+            shards: (0..SHARDS).map(|_| HotShard::default()).collect(),
+        }
+    }
+}
+
+fn thread_slot() -> usize {
+    use std::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    SLOT.with(|s| *s)
+}
+
+impl Hot {
+    /// This thread's shard.
+    #[inline]
+    pub fn shard(&self) -> &HotShard {
+        &self.shards[thread_slot() & (SHARDS - 1)]
+    }
+
+    /// Sum of one counter over the shards.
+    pub fn sum(&self, f: impl Fn(&HotShard) -> &AtomicU64) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| f(s).load(Ordering::Relaxed))
+            .sum()
+    }
+
+    pub fn reset(&self) {
+        for s in self.shards.iter() {
+            for c in [&s.puts, &s.gets, &s.put_bytes, &s.get_bytes, &s.hits] {
+                c.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+}
