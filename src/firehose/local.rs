@@ -627,14 +627,39 @@ impl LocalTable {
         if let Some(r) = run.take() {
             runs.push(r);
         }
-        let best = runs.into_iter().max_by_key(|r| r.1 - r.0)?;
+        let mut best = runs.into_iter().max_by_key(|r| r.1 - r.0)?;
         if !partial && (best.0 != a || best.1 != b) {
             return None;
         }
-        // New local references respect the local share too.
-        let fresh = best.2.iter().filter(|s| self.units[s].local == 0).count();
-        if fresh > 0 && self.counts.local_refd_units + fresh > self.params.victim_units.max(1) {
-            return None;
+        // New local references respect the local share too: a whole-range pin that
+        // would exceed it fails; a partial pin keeps the longest part that fits.
+        let allowance = self
+            .params
+            .victim_units
+            .max(1)
+            .saturating_sub(self.counts.local_refd_units);
+        let fresh = |s: &usize| self.units[s].local == 0;
+        if best.2.iter().filter(|s| fresh(s)).count() > allowance {
+            if !partial {
+                return None;
+            }
+            // Longest window of units with at most `allowance` fresh ones.
+            let v = &best.2;
+            let (mut lo, mut nf, mut win) = (0, 0, None::<(usize, usize)>);
+            let len = |i: usize, j: usize| self.units[&v[j]].end.min(b) - v[i].max(a);
+            for hi in 0..v.len() {
+                nf += fresh(&v[hi]) as usize;
+                while nf > allowance {
+                    nf -= fresh(&v[lo]) as usize;
+                    lo += 1;
+                }
+                if lo <= hi && win.map_or(true, |(i, j)| len(lo, hi) > len(i, j)) {
+                    win = Some((lo, hi));
+                }
+            }
+            let (i, j) = win?;
+            let units = v[i..=j].to_vec();
+            best = (v[i].max(a), self.units[&v[j]].end.min(b), units);
         }
         let mut held = Vec::new();
         for s in best.2 {

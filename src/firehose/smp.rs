@@ -21,6 +21,12 @@
 //! 5. A request whose range meets another request's uncommitted entry (Table 3,
 //!    second row) rolls back unless it is the winner; the winner polls until the
 //!    losers have removed them.
+//! 6. Beyond the paper: a request that is a pure hit completes even while another
+//!    request holds the flag (it takes nothing the winner could need — and the
+//!    winner may be waiting for the pin this very hit runs inside). A request gives
+//!    up ([`DaClient::exhausted`]) only when its poll reports that nothing but pins
+//!    of threads blocked here holds what it lacks, twice in a row with a fresh step
+//!    in between.
 //!
 //! Guarantees: at most one owner per gate; every rollback leaves the request holding
 //! nothing; a waiter is woken by every release of the flag (no lost wake-up: the
