@@ -13,6 +13,7 @@
 //! Run: `make loom` (RUSTFLAGS="--cfg loom", its own target directory).
 #![cfg(loom)]
 
+use firehose::firehose::local::{LocalBegin, LocalTable, Pinner};
 use firehose::firehose::params::Params;
 use firehose::firehose::remote::{Acq, PeerTable, Step};
 use firehose::firehose::smp::{self, DaClient, DaGate, DaTally, Round};
@@ -124,12 +125,13 @@ fn params(f: usize) -> Params {
 /// Returns how many interleavings loom explored.
 fn run(f: usize, sizes: &'static [usize], bound: usize) -> usize {
     let threads = sizes.len();
-    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    RUNS.store(0, std::sync::atomic::Ordering::SeqCst);
+    // Not a loom type: counts explorations, outside the model.
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let r2 = runs.clone();
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(bound);
     b.check(move || {
-        RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        r2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let sh = Arc::new(Shared {
             table: Mutex::new(PeerTable::default()),
             gate: DaGate::default(),
@@ -172,7 +174,7 @@ fn run(f: usize, sizes: &'static [usize], bound: usize) -> usize {
         t.validate().unwrap();
         assert!(t.used <= f);
     });
-    let n = RUNS.load(std::sync::atomic::Ordering::SeqCst);
+    let n = runs.load(std::sync::atomic::Ordering::SeqCst);
     eprintln!("loom: f {f}, requests of {sizes:?} pages: {n} interleavings");
     n
 }
@@ -196,4 +198,140 @@ fn three_threads_overlapping_demands() {
 #[test]
 fn two_threads_needing_all_of_f_while_a_third_holds_some() {
     assert!(run(3, &[2, 3, 3], 3) > 10);
+}
+
+// ------------------------------------------------------------------ local pins
+
+/// Pins nothing (the model checks the table and the protocol).
+struct NoPin;
+
+impl Pinner for NoPin {
+    fn pin(&mut self, _s: usize, _e: usize) -> firehose::runtime::error::Result<bool> {
+        Ok(true)
+    }
+    fn unpin(&mut self, _s: usize, _e: usize, _locked: bool) {}
+    fn extent(&self, a: usize, b: usize, _lo: usize, _hi: usize) -> Option<(usize, usize)> {
+        Some((a & !(PAGE - 1), (b + PAGE - 1) & !(PAGE - 1)))
+    }
+}
+
+struct LocalShared {
+    table: Mutex<LocalTable>,
+    gate: DaGate,
+}
+
+struct LocalClient<'a> {
+    sh: &'a LocalShared,
+    addr: usize,
+    len: usize,
+    epoch: u64,
+}
+
+impl DaClient for LocalClient<'_> {
+    type Out = Vec<(usize, u64)>;
+    type Err = String;
+
+    fn step(&mut self) -> Round<Self::Out> {
+        let (a, b) = (self.addr, self.addr + self.len);
+        let begin = {
+            let mut t = self.sh.table.lock().unwrap();
+            self.epoch = t.releases;
+            t.local_begin(a, b, &mut NoPin).expect("local_begin")
+        };
+        match begin {
+            LocalBegin::Done(h) => Round::Done(h),
+            LocalBegin::Busy => Round::Conflict,
+            LocalBegin::Full => Round::Short,
+            LocalBegin::Pin { held, pins } => {
+                // Phase two without the lock: another thread may run here.
+                loom::thread::yield_now();
+                let results = pins.iter().map(|_| Ok(true)).collect();
+                let mut t = self.sh.table.lock().unwrap();
+                let h = t
+                    .local_finish(held, &pins, results, &mut NoPin)
+                    .expect("finish");
+                t.validate().expect("local table invariant");
+                Round::Done(h)
+            }
+        }
+    }
+
+    fn try_hit(&mut self) -> Option<Self::Out> {
+        let (a, b) = (self.addr, self.addr + self.len);
+        self.sh
+            .table
+            .lock()
+            .unwrap()
+            .local_try(a, b, false)
+            .map(|x| x.2)
+    }
+
+    fn rollback(&mut self) {}
+
+    fn holds(&self) -> bool {
+        false
+    }
+
+    fn poll(&mut self, _wait: bool) -> Result<bool, String> {
+        loom::thread::yield_now();
+        let t = self.sh.table.lock().unwrap();
+        let (refs, pinning) = t.local_refs();
+        Ok(!(t.releases == self.epoch && !pinning && refs == 0))
+    }
+
+    fn exhausted(&mut self) -> String {
+        "local request gave up although only other requests hold the share".into()
+    }
+}
+
+/// Local pins against MAXVICTIM = 2 pages: requests of 2 pages (each needs the
+/// whole share), two of them on the same pages (one meets the other's unit while it
+/// is being pinned: Table 3, third row).
+#[test]
+fn local_pins_competing_for_the_local_share() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    b.check(|| {
+        let mut cfg = Config::defaults();
+        cfg.fh_mode = Some(FhMode::Page);
+        cfg.fh_m = Some(2 * PAGE);
+        cfg.fh_maxvictim = Some(2 * PAGE);
+        let p = Params::derive(&cfg, 2, 1, FhMode::Page, None);
+        assert_eq!(p.victim_units, 2);
+        let sh = Arc::new(LocalShared {
+            table: Mutex::new(LocalTable::new(p, 2)),
+            gate: DaGate::default(),
+        });
+        let starts = [BASE, BASE, BASE + 8 * PAGE];
+        let hs: Vec<_> = starts
+            .iter()
+            .enumerate()
+            .map(|(i, &addr)| {
+                let sh = sh.clone();
+                loom::thread::spawn(move || {
+                    let mut c = LocalClient {
+                        sh: &sh,
+                        addr: addr + 8,
+                        len: 2 * PAGE - 16,
+                        epoch: 0,
+                    };
+                    let mut tally = DaTally::default();
+                    let held = smp::acquire(&sh.gate, 1 + i as u64, &mut c, &mut tally)
+                        .unwrap_or_else(|e| panic!("thread {i}: {e}"));
+                    assert_eq!(held.len(), 2, "thread {i} holds {held:x?}");
+                    let mut t = sh.table.lock().unwrap();
+                    for h in held {
+                        t.local_release(h, &mut NoPin);
+                    }
+                    t.validate().unwrap();
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        let t = sh.table.lock().unwrap();
+        t.validate().unwrap();
+        assert_eq!(t.local_refs(), (0, false));
+    });
 }
