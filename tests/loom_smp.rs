@@ -1,7 +1,7 @@
 //! Model check of Firehose-SMP's core (seed 000 §4.1) with `loom`: every
-//! interleaving of a few threads that share one remote firehose table, its
-//! deadlock-avoidance flag and condition variable, on configurations small enough
-//! to explore exhaustively (within a preemption bound).
+//! interleaving of a few threads that share one remote firehose table (or the local
+//! table, last test), its deadlock-avoidance flag and condition variable, on
+//! configurations small enough to explore exhaustively (within a preemption bound).
 //!
 //! The moves are answered inline (the "target" pins exactly what was asked), so the
 //! model checks the table state machine and the protocol, not the transport. Loom
