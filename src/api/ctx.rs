@@ -435,9 +435,15 @@ impl CtxInner {
     /// Cheap periodic polling for non-blocking calls.
     #[inline]
     pub fn maybe_poll(&self) {
+        self.maybe_poll_in(self.hot.shard())
+    }
+
+    /// As [`Self::maybe_poll`], with this thread's counter shard already at hand.
+    #[inline]
+    pub fn maybe_poll_in(&self, sh: &crate::api::stats::HotShard) {
         // A plain load/store, not an atomic add: under concurrency a lost increment
         // only shifts when the next poll happens.
-        let c = &self.hot.shard().calls;
+        let c = &sh.calls;
         let n = c.load(Ordering::Relaxed).wrapping_add(1);
         c.store(n, Ordering::Relaxed);
         if n % POLL_EVERY == 0 && !am::in_handler() {

@@ -415,14 +415,19 @@ impl CtxInner {
             return Ok(());
         }
         self.transfer(dir, r, remote, local, nbytes, true)?;
-        self.count_rma(dir, nbytes);
-        self.maybe_poll();
+        let sh = self.hot.shard();
+        self.count_rma_in(sh, dir, nbytes);
+        self.maybe_poll_in(sh);
         Ok(())
     }
 
     #[inline]
     fn count_rma(&self, dir: Dir, nbytes: usize) {
-        let sh = self.hot.shard();
+        self.count_rma_in(self.hot.shard(), dir, nbytes)
+    }
+
+    #[inline]
+    fn count_rma_in(&self, sh: &crate::api::stats::HotShard, dir: Dir, nbytes: usize) {
         let (ops, bytes) = match dir {
             Dir::Put => (&sh.puts, &sh.put_bytes),
             Dir::Get => (&sh.gets, &sh.get_bytes),

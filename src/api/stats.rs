@@ -66,24 +66,36 @@ pub struct HotShard {
 }
 
 pub struct Hot {
-    shards: Box<[HotShard]>,
+    /// A fixed-size array: indexing with a mask needs no bounds check.
+    shards: Box<[HotShard; SHARDS]>,
 }
 
 impl Default for Hot {
     fn default() -> Self {
         Hot {
-            shards: (0..SHARDS).map(|_| HotShard::default()).collect(),
+            shards: Box::new(std::array::from_fn(|_| HotShard::default())),
         }
     }
 }
 
+#[inline]
 fn thread_slot() -> usize {
+    use std::cell::Cell;
     use std::sync::atomic::AtomicUsize;
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
-        static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+        // Const-initialised: an access is one TLS load, no lazy-init check.
+        static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
     }
-    SLOT.with(|s| *s)
+    SLOT.with(|s| {
+        let v = s.get();
+        if v != usize::MAX {
+            return v;
+        }
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        s.set(n);
+        n
+    })
 }
 
 impl Hot {

@@ -182,7 +182,7 @@ impl PeerTable {
     }
 
     /// Fast path for a request inside one live entry: take a reference.
-    #[inline]
+    #[inline(always)]
     pub fn hit_one(&mut self, addr: usize, end: usize) -> Option<Held> {
         let s = if addr >= self.recent.0 && end <= self.recent.1 {
             self.recent.0
