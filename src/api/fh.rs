@@ -546,17 +546,7 @@ impl DaClient for RemoteReq<'_> {
         let pins = fh.pin_refs_blocked[self.rank].load(Ordering::Acquire);
         let stuck = {
             let t = fh.peers[self.rank].lock();
-            let st = t.releases == self.epoch && t.only_pins_hold(&self.acq, pins);
-            if st && crate::runtime::config::debug_tables() {
-                eprintln!(
-                    "POLL-STUCK {:?} pins {} epoch {}\n{}",
-                    self.acq,
-                    pins,
-                    self.epoch,
-                    t.debug_summary()
-                );
-            }
-            st
+            t.releases == self.epoch && t.only_pins_hold(&self.acq, pins)
         };
         if !stuck {
             std::thread::yield_now();

@@ -572,25 +572,6 @@ impl LocalTable {
         Ok(held)
     }
 
-    /// Pin `[a, b)` for a local operation in one go (both phases under the caller's
-    /// lock). `Ok(None)`: the local share (MAXVICTIM) is used up (or a unit is being
-    /// pinned by another thread) right now; retry.
-    pub fn local_acquire(
-        &mut self,
-        a: usize,
-        b: usize,
-        pinner: &mut dyn Pinner,
-    ) -> Result<Option<Vec<Held>>> {
-        match self.local_begin(a, b, pinner)? {
-            LocalBegin::Done(h) => Ok(Some(h)),
-            LocalBegin::Pin { held, pins } => {
-                let results = pins.iter().map(|&(s, e, _)| pinner.pin(s, e)).collect();
-                self.local_finish(held, &pins, results, pinner).map(Some)
-            }
-            LocalBegin::Busy | LocalBegin::Full => Ok(None),
-        }
-    }
-
     /// Reference `[a, b)` only if it is entirely pinned already (`try`); with
     /// `partial`, the longest pinned run starting at `a` (or any later pinned unit).
     pub fn local_try(
