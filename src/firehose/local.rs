@@ -15,6 +15,11 @@
 //! - unreferenced units beyond `victim_keep` are unpinned at once (the FIFO length
 //!   limit).
 //!
+//! - local requests are two-phase (seed 000 Table 3, third row): `local_begin`
+//!   reserves units (`pinning`), the caller pins them without the table lock, then
+//!   `local_finish`; a unit being pinned is never a hit, and units with local
+//!   references never exceed MAXVICTIM.
+//!
 //! Side effects (mlock + conduit registration) go through the [`Pinner`] given to
 //! each call, so the table itself is pure and is tested against a model.
 
