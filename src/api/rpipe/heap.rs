@@ -1,0 +1,274 @@
+//! The remote heap of one pipe direction (seed 003, "rmalloc"): the writer allocates
+//! space in the *reader's* heap without asking it. This module is the allocator
+//! alone — pure bookkeeping over offsets `[0, size)`, no memory and no messages.
+//!
+//! Policies (seed 003's "allocation heuristics"):
+//! - **next-fit**: the first free block at or after the end of the previous
+//!   allocation, wrapping around — the cheapest, and the one seed 003 pairs with
+//!   deferred synchronisation (frees are batched back to the writer);
+//! - **first-fit**: the lowest-addressed block that fits;
+//! - **best-fit**: the smallest block that fits (immediate synchronisation);
+//! - **worst-fit**: the largest block.
+//!
+//! Guarantees (checked by [`RemoteHeap::validate`]): allocations and free blocks
+//! never overlap and together tile `[0, size)`; free blocks are coalesced (no two
+//! are adjacent); every offset handed out is a multiple of `align`; a free of an
+//! offset that is not a live allocation is refused (double free, stray offset),
+//! never corrupting the lists.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Allocation policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    NextFit,
+    FirstFit,
+    BestFit,
+    WorstFit,
+}
+
+/// Why a free was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FreeError {
+    /// Not the start of a live allocation (never allocated, or already freed).
+    NotAllocated,
+}
+
+#[derive(Debug)]
+pub struct RemoteHeap {
+    size: usize,
+    align: usize,
+    policy: Policy,
+    /// Free blocks: start -> length. Invariant: coalesced, disjoint from `live`.
+    free: BTreeMap<usize, usize>,
+    /// The same blocks by (length, start), for best/worst fit.
+    by_size: BTreeSet<(usize, usize)>,
+    /// Live allocations: start -> length (rounded to `align`).
+    live: BTreeMap<usize, usize>,
+    /// Next-fit's roving pointer: where the previous allocation ended.
+    cursor: usize,
+    free_bytes: usize,
+}
+
+impl RemoteHeap {
+    /// A heap of `size` bytes handing out offsets aligned to `align` (a power of
+    /// two); `size` is rounded down to a multiple of `align`.
+    pub fn new(size: usize, align: usize, policy: Policy) -> RemoteHeap {
+        assert!(align.is_power_of_two());
+        let size = size & !(align - 1);
+        let mut h = RemoteHeap {
+            size,
+            align,
+            policy,
+            free: BTreeMap::new(),
+            by_size: BTreeSet::new(),
+            live: BTreeMap::new(),
+            cursor: 0,
+            free_bytes: 0,
+        };
+        if size > 0 {
+            h.insert_free(0, size);
+        }
+        h
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    pub fn free_bytes(&self) -> usize {
+        self.free_bytes
+    }
+
+    /// The largest allocation that would succeed now.
+    pub fn largest_free(&self) -> usize {
+        self.by_size.last().map_or(0, |&(l, _)| l)
+    }
+
+    /// External fragmentation: 1 − largest free block / free bytes (0 when the
+    /// free space is one block, or none).
+    pub fn fragmentation(&self) -> f64 {
+        if self.free_bytes == 0 {
+            0.0
+        } else {
+            1.0 - self.largest_free() as f64 / self.free_bytes as f64
+        }
+    }
+
+    /// Bytes an allocation of `len` really takes (at least one `align` unit).
+    pub fn rounded(&self, len: usize) -> Option<usize> {
+        let l = len.max(1).checked_add(self.align - 1)? & !(self.align - 1);
+        Some(l)
+    }
+
+    /// Length of the live allocation at `off`.
+    pub fn len_of(&self, off: usize) -> Option<usize> {
+        self.live.get(&off).copied()
+    }
+
+    fn insert_free(&mut self, s: usize, l: usize) {
+        debug_assert!(l > 0);
+        self.free.insert(s, l);
+        self.by_size.insert((l, s));
+        self.free_bytes += l;
+    }
+
+    fn remove_free(&mut self, s: usize) -> usize {
+        let l = self.free.remove(&s).expect("free block");
+        self.by_size.remove(&(l, s));
+        self.free_bytes -= l;
+        l
+    }
+
+    /// The free block the policy picks for `need` bytes.
+    fn pick(&self, need: usize) -> Option<usize> {
+        match self.policy {
+            Policy::FirstFit => self.free.iter().find(|(_, &l)| l >= need).map(|(&s, _)| s),
+            Policy::BestFit => self.by_size.range((need, 0)..).next().map(|&(_, s)| s),
+            Policy::WorstFit => self
+                .by_size
+                .last()
+                .filter(|&&(l, _)| l >= need)
+                .map(|&(_, s)| s),
+            Policy::NextFit => {
+                // A block containing the cursor counts from the cursor on.
+                if let Some((&s, &l)) = self.free.range(..=self.cursor).next_back() {
+                    if s + l > self.cursor && s + l - self.cursor >= need {
+                        return Some(self.cursor);
+                    }
+                }
+                self.free
+                    .range(self.cursor + 1..)
+                    .chain(self.free.range(..=self.cursor))
+                    .find(|(_, &l)| l >= need)
+                    .map(|(&s, _)| s)
+            }
+        }
+    }
+
+    /// Allocate `len` bytes; `None` if no free block is large enough (the caller
+    /// waits for frees: flow control).
+    pub fn alloc(&mut self, len: usize) -> Option<usize> {
+        let need = self.rounded(len)?;
+        let at = self.pick(need)?;
+        // `at` lies in the free block starting at or before it.
+        let (&s, &l) = self.free.range(..=at).next_back().expect("block");
+        debug_assert!(s <= at && at + need <= s + l);
+        self.remove_free(s);
+        if at > s {
+            self.insert_free(s, at - s);
+        }
+        if at + need < s + l {
+            self.insert_free(at + need, s + l - at - need);
+        }
+        self.live.insert(at, need);
+        self.cursor = (at + need) % self.size.max(1);
+        self.check();
+        Some(at)
+    }
+
+    /// Free the allocation starting at `off`, coalescing with its neighbours.
+    /// Returns its length.
+    pub fn free(&mut self, off: usize) -> Result<usize, FreeError> {
+        let l = self.live.remove(&off).ok_or(FreeError::NotAllocated)?;
+        let (mut s, mut e) = (off, off + l);
+        if let Some((&ps, &pl)) = self.free.range(..off).next_back() {
+            if ps + pl == off {
+                self.remove_free(ps);
+                s = ps;
+            }
+        }
+        if let Some(&nl) = self.free.get(&e) {
+            self.remove_free(e);
+            e += nl;
+        }
+        self.insert_free(s, e - s);
+        self.check();
+        Ok(l)
+    }
+
+    fn check(&self) {
+        if cfg!(debug_assertions) {
+            self.validate().expect("remote heap invariant");
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        let mut blocks: Vec<(usize, usize, bool)> = self
+            .free
+            .iter()
+            .map(|(&s, &l)| (s, l, true))
+            .chain(self.live.iter().map(|(&s, &l)| (s, l, false)))
+            .collect();
+        blocks.sort_unstable();
+        let mut at = 0;
+        let mut prev_free = false;
+        for &(s, l, is_free) in &blocks {
+            if s != at {
+                return Err(format!("gap or overlap at {s:#x} (expected {at:#x})"));
+            }
+            if s % self.align != 0 || l % self.align != 0 || l == 0 {
+                return Err(format!("block {s:#x}+{l:#x} not aligned to {}", self.align));
+            }
+            if is_free && prev_free {
+                return Err(format!("free block at {s:#x} not coalesced"));
+            }
+            prev_free = is_free;
+            at = s + l;
+        }
+        if at != self.size {
+            return Err(format!("blocks end at {at:#x}, heap size {:#x}", self.size));
+        }
+        let fb: usize = self.free.values().sum();
+        if fb != self.free_bytes || self.by_size.len() != self.free.len() {
+            return Err("free-space counters drifted".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_pick_the_block_their_rule_names() {
+        // Free blocks of 4, 1 and 2 units (units of 8 bytes) after these frees.
+        let layout = |p| {
+            let mut h = RemoteHeap::new(8 * 10, 8, p);
+            let a: Vec<usize> = (0..10).map(|_| h.alloc(8).unwrap()).collect();
+            for &i in &[0, 1, 2, 3, 5, 7, 8] {
+                h.free(a[i]).unwrap();
+            }
+            h
+        };
+        // Free: [0,32) 4 units, [40,48) 1 unit, [56,72) 2 units.
+        assert_eq!(layout(Policy::FirstFit).alloc(8), Some(0));
+        assert_eq!(layout(Policy::BestFit).alloc(8), Some(40));
+        assert_eq!(layout(Policy::BestFit).alloc(16), Some(56));
+        assert_eq!(layout(Policy::WorstFit).alloc(8), Some(0));
+        let mut n = layout(Policy::NextFit);
+        // The cursor is after the last allocation (offset 80 wraps to 0).
+        assert_eq!(n.alloc(8), Some(0));
+        assert_eq!(n.alloc(16), Some(8));
+        // [24, 32) is too small: on to the next block that fits.
+        assert_eq!(n.alloc(16), Some(56));
+        // Nothing of 16 bytes is left; 8 bytes wrap around to [24, 32).
+        assert_eq!(n.alloc(16), None);
+        assert_eq!(n.alloc(8), Some(24));
+    }
+
+    #[test]
+    fn full_heap_refuses_then_recovers_and_bad_frees_are_refused() {
+        let mut h = RemoteHeap::new(64, 8, Policy::NextFit);
+        let a = h.alloc(40).unwrap();
+        let b = h.alloc(24).unwrap();
+        assert_eq!(h.alloc(1), None);
+        assert_eq!(h.free(a + 8), Err(FreeError::NotAllocated));
+        assert_eq!(h.free(a), Ok(40));
+        assert_eq!(h.free(a), Err(FreeError::NotAllocated));
+        assert_eq!(h.free(b), Ok(24));
+        assert_eq!(h.largest_free(), 64);
+        assert_eq!(h.fragmentation(), 0.0);
+    }
+}
