@@ -97,6 +97,58 @@
 #define FH_NBI_ALL 3
 
 /**
+ * Role of this end: it only writes.
+ */
+#define RPIPE_WRITER 1
+
+/**
+ * Role of this end: it only reads.
+ */
+#define RPIPE_READER 2
+
+/**
+ * Role of this end: it writes and reads (full duplex).
+ */
+#define RPIPE_BOTH 3
+
+/**
+ * Mode: one direction (one RPIPE_WRITER end, one RPIPE_READER end).
+ */
+#define RPIPE_HALF_DUPLEX 0
+
+/**
+ * Mode: both directions, both ends RPIPE_BOTH; each direction has its own heap.
+ */
+#define RPIPE_FULL_DUPLEX 1
+
+/**
+ * Mode flag (OR it in): pull transfer. rpipe_rwrite only posts the notice and
+ * rpipe_rread fetches the bytes with an RDMA get from the writer's memory (seed
+ * 003's rread); without it rpipe_rwrite pushes the bytes (seed 003's rwrite).
+ */
+#define RPIPE_PULL 2
+
+/**
+ * Policy: next fit (deferred free synchronisation; the fastest).
+ */
+#define RPIPE_NEXT_FIT 0
+
+/**
+ * Policy: first fit (deferred free synchronisation).
+ */
+#define RPIPE_FIRST_FIT 1
+
+/**
+ * Policy: best fit (immediate free synchronisation at every rmalloc).
+ */
+#define RPIPE_BEST_FIT 2
+
+/**
+ * Policy: worst fit (immediate free synchronisation at every rmalloc).
+ */
+#define RPIPE_WORST_FIT 3
+
+/**
  * Success.
  */
 #define FH_OK 0
@@ -151,6 +203,11 @@ typedef struct fh_ctx_t fh_ctx_t;
  * rank's firehoses) until fh_release.
  */
 typedef struct fh_pin_t fh_pin_t;
+
+/**
+ * Opaque pipe handle (`rpipe_t *`).
+ */
+typedef struct rpipe_t rpipe_t;
 
 /**
  * An AM handler: `buf`/`nbytes` is the payload (NULL/0 for short messages; for long
@@ -353,6 +410,53 @@ typedef struct fh_config_t {
  * "already complete".
  */
 typedef uint64_t fh_handle_t;
+
+/**
+ * Offset of a message in a pipe's heap, tagged with the heap it belongs to (never 0).
+ */
+typedef uint64_t rpipe_addr_t;
+
+/**
+ * Counters and heap state of one end of a pipe (rpipe_stats). The heap fields are
+ * this end's view of the heap it writes into (zero on a reader-only end).
+ */
+typedef struct rpipe_stats_t {
+  uint64_t messages_written;
+  uint64_t messages_read;
+  uint64_t bytes_written;
+  uint64_t bytes_read;
+  /**
+   * rmalloc/try_rmalloc calls that found the heap full (flow control).
+   */
+  uint64_t rmalloc_waits;
+  /**
+   * RDMA syncs of the reader's frees into the writer's view.
+   */
+  uint64_t free_syncs;
+  /**
+   * Frees of the peer this end has taken back into its allocator.
+   */
+  uint64_t frees_seen;
+  /**
+   * Notices or frees from the peer that named no valid message (refused).
+   */
+  uint64_t refused;
+  /**
+   * Messages unread or unfreed when the pipe was closed.
+   */
+  uint64_t discarded;
+  /**
+   * Largest message the pipe carries (its width).
+   */
+  uint64_t max_message;
+  uint64_t heap_free_bytes;
+  uint64_t heap_largest_free;
+  uint64_t heap_allocations;
+  /**
+   * External fragmentation of the heap: 1 - largest free block / free bytes.
+   */
+  double heap_fragmentation;
+} rpipe_stats_t;
 
 
 
@@ -858,6 +962,104 @@ int fh_wait_nbi(struct fh_ctx_t *ctx, int which);
  * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 int fh_test_nbi(struct fh_ctx_t *ctx, int which);
+
+/**
+ * Open a pipe with `peer`. Both ends call it, in the same order relative to their
+ * other opens with each other (the k-th open on one rank pairs with the k-th on the
+ * peer); it blocks until the peer's call arrives. Both ends must pass the same
+ * `width_bytes` (the size of each direction's heap, the largest message), `mode`
+ * and `policy`, and complementary roles: RPIPE_WRITER with RPIPE_READER
+ * (RPIPE_HALF_DUPLEX), or RPIPE_BOTH on both ends (RPIPE_FULL_DUPLEX). OR
+ * RPIPE_PULL into `mode` for pull transfer. Costs `width_bytes` plus small
+ * rings of library heap (FH_HEAP_SIZE) per direction on each end.
+ * Errors: FH_ERR_INVALID_ARG (bad or disagreeing arguments: both ends fail),
+ * FH_ERR_BAD_RANK, FH_ERR_NO_MEMORY (library heap full).
+ * Threads: any thread; opens of pipes to the same peer from several threads pair
+ * in arrival order, so serialise them. Not from AM handlers (blocks).
+ */
+int rpipe_open(struct fh_ctx_t *ctx,
+               int peer,
+               int role,
+               size_t width_bytes,
+               int mode,
+               int policy,
+               struct rpipe_t **pipe_out);
+
+/**
+ * Allocate `nbytes` (0 allowed) in the peer's heap; `*addr_out` names it on both
+ * ends. Blocks, progressing, while the heap is full of messages the reader has not
+ * freed yet (flow control). Errors: FH_ERR_INVALID_ARG (nbytes > the pipe's width:
+ * it can never fit), FH_ERR_STATE (reader-only end, closed pipe, or the peer closed
+ * its end while this waited).
+ * Threads: any thread, concurrently with other calls on the pipe (they serialise
+ * on it). Not from AM handlers.
+ */
+int rpipe_rmalloc(struct rpipe_t *p, size_t nbytes, rpipe_addr_t *addr_out);
+
+/**
+ * As rpipe_rmalloc, but returns FH_NOT_READY at once when the heap has no room.
+ * Threads: any thread, concurrently with other calls on the pipe. Not from AM handlers.
+ */
+int rpipe_try_rmalloc(struct rpipe_t *p, size_t nbytes, rpipe_addr_t *addr_out);
+
+/**
+ * Local memory behind `addr`: on the writer, where to put the message before
+ * rpipe_rwrite (valid from rpipe_rmalloc until rpipe_rwrite); on the reader, the
+ * message itself (valid from rpipe_rread until rpipe_rfree). NULL (see
+ * fh_last_error) for any other address, e.g. one already written or freed.
+ * Threads: any thread. Not from AM handlers.
+ */
+void *rpipe_rmem(struct rpipe_t *p, rpipe_addr_t addr);
+
+/**
+ * Send the allocation `addr` (all the bytes asked of rpipe_rmalloc) to the reader:
+ * zero-copy RDMA of the data, completed, then the notice the reader polls for
+ * (pull mode: the notice only). Returns when both are complete at the reader; the
+ * space belongs to the reader until it frees it. Errors: FH_ERR_INVALID_ARG (not an
+ * address from rpipe_rmalloc on this end, already written, or freed).
+ * Threads: any thread, concurrently with other calls on the pipe (messages are
+ * ordered by when their rpipe_rwrite took the pipe). Not from AM handlers.
+ */
+int rpipe_rwrite(struct rpipe_t *p, rpipe_addr_t addr);
+
+/**
+ * Take the next message, in the order they were written: its address (use
+ * rpipe_rmem) and length. Blocks, progressing, until one arrives. Pull mode: the
+ * bytes are fetched now. Errors: FH_ERR_STATE (writer-only end, or the peer closed
+ * its end and every message was read), FH_ERR_TRANSPORT (the peer sent a notice
+ * naming memory outside the heap or over a held message: refused, counted).
+ * Threads: any thread, concurrently with other calls on the pipe. Not from AM handlers.
+ */
+int rpipe_rread(struct rpipe_t *p, rpipe_addr_t *addr_out, size_t *len_out);
+
+/**
+ * As rpipe_rread, but FH_NOT_READY at once when no message has arrived.
+ * Threads: any thread, concurrently with other calls on the pipe. Not from AM handlers.
+ */
+int rpipe_try_rread(struct rpipe_t *p, rpipe_addr_t *addr_out, size_t *len_out);
+
+/**
+ * Reader: give message `addr` back to the writer (no message is sent: the writer
+ * collects frees by RDMA when it needs space). Writer: drop an allocation it never
+ * wrote. Errors: FH_ERR_INVALID_ARG (not held: never read, or freed already).
+ * Threads: any thread, concurrently with other calls on the pipe. Not from AM handlers.
+ */
+int rpipe_rfree(struct rpipe_t *p, rpipe_addr_t addr);
+
+/**
+ * Counters and heap state of this end of the pipe.
+ * Threads: any thread. Not from AM handlers.
+ */
+int rpipe_stats(struct rpipe_t *p, struct rpipe_stats_t *stats_out);
+
+/**
+ * Close this end. Both ends call it (it waits for the peer's close, so no RDMA
+ * lands in memory given back). Messages still unread or unfreed are discarded
+ * (reported on stderr with FH_VERBOSE=1). The handle is dead afterwards: using it
+ * gives FH_ERR_STATE.
+ * Threads: one thread, with no other call on the pipe in progress. Not from AM handlers.
+ */
+int rpipe_close(struct rpipe_t *p);
 
 /**
  * Static description of a status code ("FH_ERR_ACCESS: ..."). Never NULL.

@@ -173,6 +173,10 @@ impl AmState {
         h[H_INVAL_ACK as usize] = Some(Handler::Internal(super::mem::handle_inval_ack));
         h[super::fh::H_FH_MOVE as usize] = Some(Handler::Internal(super::fh::handle_move));
         h[super::fh::H_FH_ANSWER as usize] = Some(Handler::Internal(super::fh::handle_answer));
+        h[super::rpipe::open::H_RPIPE_HELLO as usize] =
+            Some(Handler::Internal(super::rpipe::open::handle_hello));
+        h[super::rpipe::open::H_RPIPE_BYE as usize] =
+            Some(Handler::Internal(super::rpipe::open::handle_bye));
         AmState {
             handlers: RwLock::new(h),
             peers: (0..size)

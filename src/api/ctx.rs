@@ -74,6 +74,8 @@ pub struct CtxInner {
     pub stats: Stats,
     /// Firehose: tables, moves in flight, explicit pins (`api::fh`).
     pub fh: FhState,
+    /// rpipe handshakes and open pipes (`api::rpipe`).
+    pub rpipe: super::rpipe::RpipeState,
     /// Outstanding invalidations: id -> acks still missing.
     pub(crate) invals: Mutex<HashMap<u64, usize>>,
     pub(crate) next_id: AtomicU64,
@@ -349,6 +351,7 @@ impl CtxInner {
             remote: RemoteCache::new(size),
             stats: Stats::default(),
             fh: FhState::new(params, size, caps.local_registration),
+            rpipe: Default::default(),
             invals: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             async_err: Mutex::new(None),

@@ -20,6 +20,7 @@ pub mod firehose;
 pub mod init;
 pub mod mem;
 pub mod rma;
+pub mod rpipe;
 pub mod status;
 
 /// Run `f`, turning errors and panics into a status code.

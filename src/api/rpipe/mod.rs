@@ -1,9 +1,24 @@
 //! rmalloc / rpipe (seed 003): remote allocation and zero-copy notified channels.
 //!
+//! A pipe joins two ranks. The writer allocates space in the *reader's* heap
+//! (`rmalloc`, without asking the reader), fills it in place, and `rwrite`s it: the
+//! bytes arrive by one-sided RDMA and a notice lands after them in a ring the
+//! reader polls in its own memory. The reader takes messages in order (`rread`),
+//! uses them where they lie and `rfree`s them, which the writer collects by RDMA.
+//!
 //! - [`heap`]: the allocator of a pipe's remote heap (next/first/best/worst fit,
 //!   coalescing), pure bookkeeping over offsets.
-//!
-//! The channels themselves (open, rwrite/rread with notification flags, rfree
-//! synchronisation) are issue 5's remaining work; see the README's status.
+//! - [`slots`]: tagged notice slots (sequence numbers, stale-record safety).
+//! - [`freemap`]: the reader's free bitmap and the writer's deferred/immediate sync.
+//! - [`pipe`]: one pipe's two directions: rmalloc, rmem, rwrite, rread, rfree.
+//! - [`open`]: the pairwise open/close handshake.
 
+pub mod freemap;
 pub mod heap;
+pub mod open;
+pub mod pipe;
+pub mod slots;
+
+pub use heap::Policy;
+pub use open::{open, Role, RpipeState, Spec};
+pub use pipe::{HeapView, Pipe, PipeStats, Transfer};

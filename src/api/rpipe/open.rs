@@ -1,0 +1,393 @@
+//! Opening and closing pipes: the pairwise handshake.
+//!
+//! Both ends call `rpipe_open`; the k-th open one rank makes towards a peer pairs
+//! with the k-th open the peer makes towards it (as MPI pairs communicator
+//! creations by call order). Each end allocates its blocks, sends one `HELLO` AM
+//! (its parameters and block addresses) and waits for the peer's. Both then check
+//! the same things, so both succeed or both fail with the same message: equal
+//! width, duplex, transfer mode and policy; complementary roles; the peer's blocks
+//! inside the peer's library heap. An end whose own arguments are bad still says
+//! `HELLO` (marked failed) so its peer is never left waiting.
+//!
+//! Close is pairwise too: each end completes its puts, sends `BYE` and waits for the
+//! peer's `BYE` before giving its blocks back, so no RDMA ever lands in (or reads
+//! from) memory that was returned to the heap. A blocked `rmalloc`/`rread` whose
+//! peer said `BYE` fails instead of waiting forever.
+//!
+//! Guarantees: handlers only record what arrived (bounded: a peer flooding HELLOs
+//! beyond [`MAX_PENDING`] is refused and reported, not stored); AMs may arrive in
+//! any order (a `BYE` before its `HELLO` is remembered).
+
+use super::heap::Policy;
+use super::pipe::{Ends, Pipe, Shape, Transfer, UNIT, WIDTH_MAX};
+use crate::api::am::{self, Token};
+use crate::api::wire::{Category, Frame};
+use crate::api::CtxInner;
+use crate::runtime::error::Result;
+use crate::{bail, err};
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+pub const H_RPIPE_HELLO: u8 = 7;
+pub const H_RPIPE_BYE: u8 = 8;
+/// Unmatched HELLOs/BYEs kept per context.
+pub const MAX_PENDING: usize = 1 << 16;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Writer,
+    Reader,
+    Both,
+}
+
+impl Role {
+    fn code(self) -> u64 {
+        match self {
+            Role::Writer => 1,
+            Role::Reader => 2,
+            Role::Both => 3,
+        }
+    }
+    fn from_code(c: u64) -> Option<Role> {
+        Some(match c {
+            1 => Role::Writer,
+            2 => Role::Reader,
+            3 => Role::Both,
+            _ => return None,
+        })
+    }
+    fn writes(self) -> bool {
+        self != Role::Reader
+    }
+    fn reads(self) -> bool {
+        self != Role::Writer
+    }
+}
+
+/// What one end asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spec {
+    pub role: Role,
+    pub width: usize,
+    pub duplex: bool,
+    pub transfer: Transfer,
+    pub policy: Policy,
+}
+
+fn policy_code(p: Policy) -> u64 {
+    match p {
+        Policy::NextFit => 0,
+        Policy::FirstFit => 1,
+        Policy::BestFit => 2,
+        Policy::WorstFit => 3,
+    }
+}
+
+/// HELLO arguments: k, ok, role, width, flags (1 duplex, 2 pull), policy, inbox, outbox.
+const HELLO_ARGS: usize = 8;
+
+#[derive(Default)]
+pub struct RpipeState {
+    /// Opens made towards each peer so far.
+    next: Mutex<HashMap<usize, u64>>,
+    /// HELLOs arrived and not yet taken: (src, k) -> arguments.
+    hellos: Mutex<HashMap<(usize, u64), [u64; HELLO_ARGS]>>,
+    /// BYEs arrived and not yet taken.
+    byes: Mutex<HashSet<(usize, u64)>>,
+    /// Open pipes, to tell one its peer said BYE.
+    open: Mutex<HashMap<(usize, u64), Weak<Pipe>>>,
+}
+
+impl Spec {
+    fn check(&self) -> Result<()> {
+        if self.width < UNIT || self.width > WIDTH_MAX {
+            bail!(
+                InvalidArg,
+                "width_bytes {} is out of range: a pipe's heap is {} bytes to {} bytes",
+                self.width,
+                UNIT,
+                WIDTH_MAX
+            );
+        }
+        if self.duplex != (self.role == Role::Both) {
+            bail!(
+                InvalidArg,
+                "role and mode disagree: a full-duplex pipe needs RPIPE_BOTH, a half-duplex one RPIPE_WRITER or RPIPE_READER"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Open the next pipe with `peer` (both ends call this; blocks until the peer does).
+pub fn open(ctx: &Arc<CtxInner>, peer: i64, spec: Spec) -> Result<Arc<Pipe>> {
+    ctx.check_live()?;
+    am::check_not_in_handler("rpipe_open")?;
+    let peer = ctx.check_rank(peer)?;
+    if peer == ctx.rank {
+        bail!(
+            InvalidArg,
+            "rpipe_open: peer is this rank; a pipe joins two different ranks"
+        );
+    }
+    let shape = Shape::new(spec.width);
+    let mut problem = spec.check().err();
+    let mut blocks: Vec<usize> = Vec::new();
+    let mut alloc = |bytes: usize, problem: &mut Option<crate::Error>| -> usize {
+        if problem.is_some() {
+            return 0;
+        }
+        match ctx.heap.alloc(bytes) {
+            Ok(a) => {
+                blocks.push(a);
+                a
+            }
+            Err(e) => {
+                *problem = Some(err!(
+                    NoMemory,
+                    "rpipe_open: the pipe needs {} bytes of library heap on rank {}: {}",
+                    bytes,
+                    ctx.rank,
+                    e.msg
+                ));
+                0
+            }
+        }
+    };
+    let inbox = if spec.role.reads() {
+        alloc(shape.inbox_bytes(), &mut problem)
+    } else {
+        0
+    };
+    let outbox = if spec.role.writes() {
+        alloc(shape.outbox_bytes(), &mut problem)
+    } else {
+        0
+    };
+    if inbox != 0 {
+        // The ring and the free bitmap start zeroed (the heap may hold an old pipe's).
+        let z = inbox + shape.ring_off();
+        // SAFETY: our fresh allocation, inbox_bytes long.
+        unsafe { std::ptr::write_bytes(z as *mut u8, 0, shape.inbox_bytes() - shape.ring_off()) };
+    }
+    if outbox != 0 {
+        let z = outbox + shape.view_off();
+        // SAFETY: our fresh allocation, outbox_bytes long.
+        unsafe { std::ptr::write_bytes(z as *mut u8, 0, shape.outbox_bytes() - shape.view_off()) };
+    }
+    let free_blocks = |blocks: &[usize]| {
+        for &b in blocks {
+            let _ = ctx.heap.free(b);
+        }
+    };
+
+    let k = {
+        let mut n = ctx.rpipe.next.lock();
+        let e = n.entry(peer).or_insert(0);
+        *e += 1;
+        *e
+    };
+    let flags = spec.duplex as u64 | ((spec.transfer == Transfer::Pull) as u64) << 1;
+    let args = [
+        k,
+        problem.is_none() as u64,
+        spec.role.code(),
+        spec.width as u64,
+        flags,
+        policy_code(spec.policy),
+        inbox as u64,
+        outbox as u64,
+    ];
+    if let Err(e) = ctx.am_request(peer, Category::Short, H_RPIPE_HELLO, &args, &[], None) {
+        free_blocks(&blocks);
+        return Err(e);
+    }
+    let mut theirs = None;
+    let waited = ctx.wait_until(|| {
+        theirs = ctx.rpipe.hellos.lock().remove(&(peer, k));
+        Ok(theirs.is_some())
+    });
+    if let Err(e) = waited {
+        free_blocks(&blocks);
+        return Err(e);
+    }
+    let t = theirs.expect("waited for it");
+    let verdict = problem.map_or_else(|| agree(ctx, peer, &spec, &shape, &t), Err);
+    if let Err(e) = verdict {
+        free_blocks(&blocks);
+        return Err(e);
+    }
+    let ends = Ends {
+        tx: spec.role.writes().then_some((outbox, t[6] as usize)),
+        rx: spec.role.reads().then_some((inbox, t[7] as usize)),
+    };
+    let pipe = Arc::new(Pipe::new(
+        ctx.clone(),
+        peer,
+        k,
+        shape,
+        spec.transfer,
+        spec.policy,
+        ends,
+    ));
+    ctx.rpipe
+        .open
+        .lock()
+        .insert((peer, k), Arc::downgrade(&pipe));
+    if ctx.rpipe.byes.lock().contains(&(peer, k)) {
+        pipe.peer_closed.store(true, Ordering::Release);
+    }
+    Ok(pipe)
+}
+
+/// Check the peer's HELLO against ours. Both ends run the same checks.
+fn agree(
+    ctx: &CtxInner,
+    peer: usize,
+    spec: &Spec,
+    shape: &Shape,
+    t: &[u64; HELLO_ARGS],
+) -> Result<()> {
+    if t[1] == 0 {
+        bail!(
+            InvalidArg,
+            "rpipe_open: rank {} could not open its end (see the error there)",
+            peer
+        );
+    }
+    let role = Role::from_code(t[2]);
+    let mine = (
+        spec.width as u64,
+        spec.duplex as u64 | ((spec.transfer == Transfer::Pull) as u64) << 1,
+        policy_code(spec.policy),
+    );
+    if (t[3], t[4], t[5]) != mine {
+        bail!(
+            InvalidArg,
+            "rpipe_open: the two ends disagree (width, mode, policy): rank {} asked for ({}, {:#x}, {}), rank {} for ({}, {:#x}, {})",
+            ctx.rank,
+            mine.0,
+            mine.1,
+            mine.2,
+            peer,
+            t[3],
+            t[4],
+            t[5]
+        );
+    }
+    let complementary = matches!(
+        (spec.role, role),
+        (Role::Writer, Some(Role::Reader))
+            | (Role::Reader, Some(Role::Writer))
+            | (Role::Both, Some(Role::Both))
+    );
+    if !complementary {
+        bail!(
+            InvalidArg,
+            "rpipe_open: roles do not pair up: rank {} is {:?}, rank {} is {:?} (one writer and one reader, or both RPIPE_BOTH)",
+            ctx.rank,
+            spec.role,
+            peer,
+            role
+        );
+    }
+    let (hb, hl) = ctx.remote_heaps[peer];
+    let inside = |a: u64, len: usize| {
+        let a = a as usize;
+        a >= hb && a % UNIT == 0 && a.checked_add(len).is_some_and(|e| e <= hb + hl)
+    };
+    if (spec.role.writes() && !inside(t[6], shape.inbox_bytes()))
+        || (spec.role.reads() && !inside(t[7], shape.outbox_bytes()))
+    {
+        bail!(
+            Transport,
+            "rpipe_open: rank {} named pipe blocks outside its library heap: refused",
+            peer
+        );
+    }
+    Ok(())
+}
+
+impl Pipe {
+    /// Close this end (both ends call it; blocks until the peer does).
+    pub fn close(&self) -> Result<()> {
+        am::check_not_in_handler("rpipe_close")?;
+        if self.closed.swap(true, Ordering::AcqRel) {
+            bail!(State, "the pipe is already closed");
+        }
+        let ctx = &self.ctx;
+        ctx.rpipe.open.lock().remove(&(self.peer, self.id));
+        if ctx.check_live().is_err() {
+            // The context is gone, and with it the heap the blocks lived in.
+            return Ok(());
+        }
+        let left = self.outstanding();
+        if left > 0 {
+            self.note_discarded(left);
+            if ctx.cfg.verbose {
+                eprintln!(
+                    "firehose[{}]: rpipe {} with rank {} closed with {} message(s) unread or unfreed",
+                    ctx.rank, self.id, self.peer, left
+                );
+            }
+        }
+        ctx.conduit.flush(self.peer)?;
+        ctx.am_request(
+            self.peer,
+            Category::Short,
+            H_RPIPE_BYE,
+            &[self.id],
+            &[],
+            None,
+        )?;
+        let key = (self.peer, self.id);
+        ctx.wait_until(|| Ok(ctx.rpipe.byes.lock().remove(&key)))?;
+        for b in self.blocks() {
+            ctx.heap.free(b)?;
+        }
+        Ok(())
+    }
+}
+
+fn refuse(ctx: &CtxInner, src: usize, what: &str) {
+    ctx.record_async_error(err!(
+        Transport,
+        "rpipe: refused a {} from rank {}",
+        what,
+        src
+    ));
+}
+
+pub(crate) fn handle_hello(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
+    let a = f.args();
+    if a.len() != HELLO_ARGS {
+        return refuse(ctx, tok.src, "malformed HELLO");
+    }
+    let mut h = ctx.rpipe.hellos.lock();
+    if h.len() >= MAX_PENDING {
+        drop(h);
+        return refuse(ctx, tok.src, "HELLO beyond the pending limit");
+    }
+    let mut args = [0u64; HELLO_ARGS];
+    args.copy_from_slice(a);
+    h.insert((tok.src, a[0]), args);
+}
+
+pub(crate) fn handle_bye(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
+    let a = f.args();
+    if a.len() != 1 {
+        return refuse(ctx, tok.src, "malformed BYE");
+    }
+    let key = (tok.src, a[0]);
+    if let Some(p) = ctx.rpipe.open.lock().get(&key).and_then(|w| w.upgrade()) {
+        p.peer_closed.store(true, Ordering::Release);
+    }
+    let mut b = ctx.rpipe.byes.lock();
+    if b.len() >= MAX_PENDING {
+        drop(b);
+        return refuse(ctx, tok.src, "BYE beyond the pending limit");
+    }
+    b.insert(key);
+}

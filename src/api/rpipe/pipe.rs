@@ -1,0 +1,702 @@
+//! One rpipe between two ranks (seed 003, "rpipe – rwrite()" and "rpipe – rread()").
+//!
+//! Each direction of a pipe (writer W → reader R) owns two blocks of library heap,
+//! which is always registered:
+//!
+//! ```text
+//!   R's inbox : [ heap: width | notice ring: slots × 16 B | free bitmap ]
+//!   W's outbox: [ mirror: width | view of R's free bitmap | staging (64 B) ]
+//! ```
+//!
+//! W allocates in R's heap without asking R ([`RemoteHeap`], the policy chosen at
+//! open), fills the same offsets of its mirror through `rpipe_rmem`, and:
+//! - **push** (`rwrite` of seed 003): puts mirror → heap, flushes, then puts the
+//!   notice `{seq, offset, length}` into R's ring and flushes again;
+//! - **pull** (`rread` of seed 003, `RPIPE_PULL`): puts only the notice; R's
+//!   `rread` fetches the bytes from W's mirror into its own heap with one RDMA get.
+//!
+//! R polls its own ring in order (record `seq` lives in slot `(seq-1) % slots`, see
+//! `slots.rs`), hands out the message in place, and `rfree` flips one bit of the
+//! free bitmap, which W collects by RDMA (`freemap.rs`).
+//!
+//! **Why a reader never sees a notice before its data** (push): the notice is put
+//! only after `Conduit::flush(R)` returned for the data put, and the conduit
+//! contract (MPI: `MPI_Win_flush` completes the operation at the target) makes the
+//! data visible in R's memory before the notice put is even issued. R loads the
+//! notice with acquire ordering and only then touches the data. In pull mode the
+//! data never travels before R asks for it: R's get is issued after it saw the
+//! notice, and W stored the bytes (then a full fence) before it put the notice.
+//! The test `rpipe_order` in `tests/rpipe.rs` runs on the sim conduit, where puts
+//! land only at a flush, so a missing flush would show up as wrong data there.
+//!
+//! **Flow control**: W never has more than `slots` allocations outstanding (so a
+//! notice slot is never overwritten before R read it: a message in slot `s - slots`
+//! still unread would be one allocation too many) and never allocates space R has
+//! not freed; a full heap makes `rmalloc` wait (progressing) and `try_rmalloc`
+//! report "not ready". Nothing is overwritten or dropped.
+//!
+//! Invariants (checked with `debug_assert!` and by the tests): every allocation W
+//! holds lies in `[0, width)` and is either unwritten (W may fill and rwrite it) or
+//! written (R owns it until it rfrees); R's held messages never overlap; the
+//! sequence numbers W assigns and R expects advance by one per message.
+
+use super::freemap;
+use super::heap::{Policy, RemoteHeap};
+use super::slots;
+use crate::api::am;
+use crate::api::CtxInner;
+use crate::runtime::error::Result;
+use crate::{bail, err};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Allocation unit: a cache line. Every message takes whole units (at least one).
+pub const UNIT: usize = 64;
+/// Most notice slots per direction (bounds messages in flight and the ring's size).
+pub const SLOTS_MAX: usize = 1024;
+/// Largest pipe width: offsets in units and lengths in bytes fit a slot payload.
+pub const WIDTH_MAX: usize = 1 << 40;
+/// `rpipe_addr_t` = heap tag << ADDR_SHIFT | offset.
+const ADDR_SHIFT: u32 = 48;
+const STAGE: usize = 64;
+
+/// Bytes a message of `len` bytes takes in the heap.
+pub fn extent(len: usize) -> usize {
+    len.max(1).div_ceil(UNIT) * UNIT
+}
+
+/// How a message's bytes travel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transfer {
+    /// The writer puts the data, then the notice (seed 003's rwrite).
+    Push,
+    /// The writer puts only the notice; the reader gets the data (seed 003's rread).
+    Pull,
+}
+
+/// Sizes and offsets of one direction's blocks, derived from the width alone so
+/// both ends compute the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub width: usize,
+    pub slots: usize,
+    pub bitmap: usize,
+}
+
+impl Shape {
+    pub fn new(width: usize) -> Shape {
+        let width = width / UNIT * UNIT;
+        let units = width / UNIT;
+        Shape {
+            width,
+            slots: units.clamp(1, SLOTS_MAX),
+            bitmap: freemap::bytes_for(units),
+        }
+    }
+    pub fn ring_off(&self) -> usize {
+        self.width
+    }
+    pub fn bitmap_off(&self) -> usize {
+        self.width + self.slots * slots::SLOT_BYTES
+    }
+    pub fn inbox_bytes(&self) -> usize {
+        self.bitmap_off() + self.bitmap
+    }
+    pub fn view_off(&self) -> usize {
+        self.width
+    }
+    pub fn stage_off(&self) -> usize {
+        self.width + self.bitmap
+    }
+    pub fn outbox_bytes(&self) -> usize {
+        self.stage_off() + STAGE
+    }
+}
+
+/// Counters of one pipe (`rpipe_stats`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PipeStats {
+    pub written: u64,
+    pub read: u64,
+    pub bytes_written: u64,
+    pub bytes_read: u64,
+    /// rmalloc/try_rmalloc calls that found no space (flow control engaged).
+    pub rmalloc_waits: u64,
+    /// Free-bitmap syncs (RDMA gets of the reader's bitmap).
+    pub syncs: u64,
+    /// Frees the writer learned of.
+    pub frees_seen: u64,
+    /// Notices or free bits from the peer that named no valid message (refused).
+    pub refused: u64,
+    /// Messages still unread or unfreed when the pipe closed.
+    pub discarded: u64,
+}
+
+/// The allocator's state for `rpipe_stats` (the writer's view of the peer's heap).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HeapView {
+    pub free_bytes: usize,
+    pub largest_free: usize,
+    pub allocations: usize,
+    pub fragmentation: f64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Alloc {
+    len: usize,
+    written: bool,
+}
+
+/// The side that writes into the peer's heap.
+struct Tx {
+    heap: RemoteHeap,
+    /// Offset -> allocation. Invariant: the same offsets as `heap`'s live set.
+    allocs: BTreeMap<usize, Alloc>,
+    /// Local outbox block.
+    outbox: usize,
+    /// The peer's inbox block.
+    peer_inbox: usize,
+    /// Notices written so far (the last sequence number used).
+    seq: u64,
+    /// The reader's free bitmap as of the last sync.
+    seen: Vec<u64>,
+}
+
+/// The side that reads from the peer.
+struct Rx {
+    inbox: usize,
+    /// The peer's outbox block (pull mode reads from its mirror).
+    peer_outbox: usize,
+    /// Notices taken so far (the next expected is `taken + 1`).
+    taken: u64,
+    /// Messages read and not yet freed: offset -> length. Invariant: disjoint extents.
+    held: BTreeMap<usize, usize>,
+}
+
+#[derive(Default)]
+struct Inner {
+    tx: Option<Tx>,
+    rx: Option<Rx>,
+    stats: PipeStats,
+}
+
+/// Where an `rpipe_addr_t` points.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    /// An allocation in the peer's heap (ours to fill and rwrite).
+    Tx(usize),
+    /// A message in our heap (ours to use and rfree).
+    Rx(usize),
+}
+
+pub struct Pipe {
+    pub(super) ctx: Arc<CtxInner>,
+    pub peer: usize,
+    /// Pairwise open number: the k-th pipe these two ranks opened.
+    pub id: u64,
+    pub shape: Shape,
+    pub transfer: Transfer,
+    pub policy: Policy,
+    /// Address tags of our allocations in the peer's heap and of messages in ours.
+    tx_tag: u64,
+    rx_tag: u64,
+    inner: Mutex<Inner>,
+    pub(super) peer_closed: AtomicBool,
+    pub(super) closed: AtomicBool,
+}
+
+/// The ends' blocks, as agreed at open.
+pub struct Ends {
+    /// (our outbox, the peer's inbox) when we write.
+    pub tx: Option<(usize, usize)>,
+    /// (our inbox, the peer's outbox) when we read.
+    pub rx: Option<(usize, usize)>,
+}
+
+/// The heap tag of the direction whose reader is `owner` (both ends agree).
+fn heap_tag(owner: usize, other: usize) -> u64 {
+    if owner < other {
+        1
+    } else {
+        2
+    }
+}
+
+impl Pipe {
+    pub(super) fn new(
+        ctx: Arc<CtxInner>,
+        peer: usize,
+        id: u64,
+        shape: Shape,
+        transfer: Transfer,
+        policy: Policy,
+        ends: Ends,
+    ) -> Pipe {
+        let me = ctx.rank;
+        let words = shape.bitmap / 8;
+        let inner = Inner {
+            tx: ends.tx.map(|(outbox, peer_inbox)| Tx {
+                heap: RemoteHeap::new(shape.width, UNIT, policy),
+                allocs: BTreeMap::new(),
+                outbox,
+                peer_inbox,
+                seq: 0,
+                seen: vec![0; words],
+            }),
+            rx: ends.rx.map(|(inbox, peer_outbox)| Rx {
+                inbox,
+                peer_outbox,
+                taken: 0,
+                held: BTreeMap::new(),
+            }),
+            stats: PipeStats::default(),
+        };
+        Pipe {
+            ctx,
+            peer,
+            id,
+            shape,
+            transfer,
+            policy,
+            tx_tag: heap_tag(peer, me),
+            rx_tag: heap_tag(me, peer),
+            inner: Mutex::new(inner),
+            peer_closed: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    pub fn writes(&self) -> bool {
+        self.inner.lock().tx.is_some()
+    }
+
+    pub fn reads(&self) -> bool {
+        self.inner.lock().rx.is_some()
+    }
+
+    /// The largest message this pipe carries.
+    pub fn max_message(&self) -> usize {
+        self.shape.width
+    }
+
+    pub(super) fn live(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            bail!(State, "the pipe is closed");
+        }
+        self.ctx.check_live()
+    }
+
+    fn decode(&self, g: &Inner, addr: u64) -> Result<Side> {
+        let tag = addr >> ADDR_SHIFT;
+        let off = (addr & ((1 << ADDR_SHIFT) - 1)) as usize;
+        if off < self.shape.width {
+            if tag == self.tx_tag && g.tx.is_some() {
+                return Ok(Side::Tx(off));
+            }
+            if tag == self.rx_tag && g.rx.is_some() {
+                return Ok(Side::Rx(off));
+            }
+        }
+        bail!(
+            InvalidArg,
+            "{:#x} is not an address of this pipe (use what rpipe_rmalloc or rpipe_rread returned)",
+            addr
+        )
+    }
+
+    /// Allocate `nbytes` in the peer's heap. `wait`: block (progressing) until space
+    /// is free; otherwise `Ok(None)` when it is not.
+    pub fn rmalloc(&self, nbytes: usize, wait: bool) -> Result<Option<u64>> {
+        self.live()?;
+        if wait {
+            am::check_not_in_handler("rpipe_rmalloc")?;
+        }
+        if nbytes > self.shape.width {
+            bail!(
+                InvalidArg,
+                "a {}-byte message can never fit this pipe's {}-byte heap (open a wider pipe)",
+                nbytes,
+                self.shape.width
+            );
+        }
+        let immediate = matches!(self.policy, Policy::BestFit | Policy::WorstFit);
+        let mut counted = false;
+        loop {
+            // Loaded before the attempt: if the peer had closed by then, its last
+            // frees are already visible to the sync below.
+            let peer_closed = self.peer_closed.load(Ordering::Acquire);
+            {
+                let mut g = self.inner.lock();
+                let Inner { tx, stats, .. } = &mut *g;
+                let tx = tx
+                    .as_mut()
+                    .ok_or_else(|| err!(State, "this end of the pipe only reads"))?;
+                if immediate {
+                    self.sync(tx, stats)?;
+                }
+                let mut got = self.try_alloc(tx, nbytes);
+                if got.is_none() && !immediate {
+                    self.sync(tx, stats)?;
+                    got = self.try_alloc(tx, nbytes);
+                }
+                if let Some(off) = got {
+                    return Ok(Some(self.tx_tag << ADDR_SHIFT | off as u64));
+                }
+                if !counted {
+                    counted = true;
+                    stats.rmalloc_waits += 1;
+                }
+            }
+            if !wait {
+                return Ok(None);
+            }
+            if peer_closed {
+                bail!(
+                    State,
+                    "rank {} closed the pipe: the space it still holds will never be freed",
+                    self.peer
+                );
+            }
+            if self.ctx.progress_once()? == 0 {
+                self.ctx.conduit.idle();
+            }
+        }
+    }
+
+    fn try_alloc(&self, tx: &mut Tx, nbytes: usize) -> Option<usize> {
+        if tx.allocs.len() >= self.shape.slots {
+            return None;
+        }
+        let off = tx.heap.alloc(nbytes)?;
+        debug_assert!(off + extent(nbytes) <= self.shape.width);
+        tx.allocs.insert(
+            off,
+            Alloc {
+                len: nbytes,
+                written: false,
+            },
+        );
+        Some(off)
+    }
+
+    /// Bring the writer's view of the reader's frees up to date (one RDMA get).
+    fn sync(&self, tx: &mut Tx, stats: &mut PipeStats) -> Result<()> {
+        let view = tx.outbox + self.shape.view_off();
+        let remote = tx.peer_inbox + self.shape.bitmap_off();
+        // SAFETY: `view` is our outbox's bitmap-sized area (library heap, registered,
+        // written by nothing else); `remote` is the peer's bitmap, in its library
+        // heap, checked at open.
+        unsafe {
+            self.ctx
+                .conduit
+                .get_sync(self.peer, remote, view as *mut u8, self.shape.bitmap)?
+        };
+        stats.syncs += 1;
+        // SAFETY: the get completed; the area is ours, 64-byte aligned, bitmap/8
+        // words long, and nothing writes it until the next sync (under our lock).
+        let fresh =
+            unsafe { std::slice::from_raw_parts(view as *const u64, self.shape.bitmap / 8) };
+        for u in freemap::changed(&mut tx.seen, fresh) {
+            let off = u * UNIT;
+            match tx.allocs.get(&off) {
+                Some(a) if a.written => {
+                    tx.allocs.remove(&off);
+                    let freed = tx.heap.free(off);
+                    debug_assert!(freed.is_ok());
+                    stats.frees_seen += 1;
+                }
+                _ => {
+                    stats.refused += 1;
+                    self.ctx.record_async_error(err!(
+                        Transport,
+                        "rpipe: rank {} freed offset {:#x} of pipe {}, which holds no message it was sent: ignored",
+                        self.peer,
+                        off,
+                        self.id
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The local address behind `addr`: our mirror for an allocation not yet
+    /// written, our heap for a message read and not yet freed.
+    pub fn rmem(&self, addr: u64) -> Result<usize> {
+        self.live()?;
+        let g = self.inner.lock();
+        match self.decode(&g, addr)? {
+            Side::Tx(off) => {
+                let tx = g.tx.as_ref().expect("decoded");
+                match tx.allocs.get(&off) {
+                    Some(a) if !a.written => Ok(tx.outbox + off),
+                    Some(_) => bail!(
+                        InvalidArg,
+                        "{:#x} was already written with rpipe_rwrite; the reader owns it until it frees it",
+                        addr
+                    ),
+                    None => bail!(
+                        InvalidArg,
+                        "{:#x} is not allocated (never returned by rpipe_rmalloc, or already freed)",
+                        addr
+                    ),
+                }
+            }
+            Side::Rx(off) => {
+                let rx = g.rx.as_ref().expect("decoded");
+                if rx.held.contains_key(&off) {
+                    Ok(rx.inbox + off)
+                } else {
+                    bail!(
+                        InvalidArg,
+                        "{:#x} is not a message this rank has read and not yet freed",
+                        addr
+                    )
+                }
+            }
+        }
+    }
+
+    /// Send the allocation at `addr` to the reader.
+    pub fn rwrite(&self, addr: u64) -> Result<()> {
+        self.live()?;
+        am::check_not_in_handler("rpipe_rwrite")?;
+        let mut g = self.inner.lock();
+        let Side::Tx(off) = self.decode(&g, addr)? else {
+            bail!(
+                InvalidArg,
+                "{:#x} is a message this rank received; rpipe_rwrite takes addresses from rpipe_rmalloc",
+                addr
+            );
+        };
+        let Inner { tx, stats, .. } = &mut *g;
+        let tx = tx.as_mut().expect("decoded");
+        let len = match tx.allocs.get(&off) {
+            Some(a) if !a.written => a.len,
+            Some(_) => bail!(
+                InvalidArg,
+                "{:#x} was already written (rpipe_rwrite twice)",
+                addr
+            ),
+            None => bail!(
+                InvalidArg,
+                "{:#x} is not allocated (never returned by rpipe_rmalloc, or already freed)",
+                addr
+            ),
+        };
+        let seq = tx.seq + 1;
+        let c = &self.ctx.conduit;
+        match self.transfer {
+            Transfer::Push if len > 0 => {
+                // SAFETY: source = our mirror at the allocation (library heap, valid
+                // for len bytes, unchanged until the flush below); target = the same
+                // offset of the peer's heap, inside its inbox (checked at open).
+                unsafe {
+                    c.put(
+                        self.peer,
+                        tx.peer_inbox + off,
+                        (tx.outbox + off) as *const u8,
+                        len,
+                    )?
+                };
+                // The data must be complete at the target before the notice leaves.
+                c.flush(self.peer)?;
+            }
+            Transfer::Push => {}
+            // The reader gets the bytes after it sees the notice: our stores to the
+            // mirror must be globally visible before the notice is.
+            Transfer::Pull => fence(Ordering::SeqCst),
+        }
+        let stage = tx.outbox + self.shape.stage_off();
+        let words = slots::encode(seq, (off / UNIT) as u64, len as u64);
+        // SAFETY: the staging area is ours (16 of its 64 bytes), 64-byte aligned;
+        // the previous notice put from it completed at its flush.
+        unsafe { std::ptr::write(stage as *mut [u64; 2], words) };
+        let slot = slots::slot_addr(tx.peer_inbox + self.shape.ring_off(), self.shape.slots, seq);
+        // SAFETY: 16 bytes from our staging area to a slot of the peer's ring.
+        unsafe { c.put(self.peer, slot, stage as *const u8, slots::SLOT_BYTES)? };
+        // Complete the notice too: a reader must never wait on a put that an MPI
+        // library keeps queued until our next call.
+        c.flush(self.peer)?;
+        tx.seq = seq;
+        tx.allocs.get_mut(&off).expect("checked").written = true;
+        stats.written += 1;
+        stats.bytes_written += len as u64;
+        Ok(())
+    }
+
+    /// Take the next message in order. `wait`: block (progressing) until one comes.
+    pub fn rread(&self, wait: bool) -> Result<Option<(u64, usize)>> {
+        self.live()?;
+        if wait {
+            am::check_not_in_handler("rpipe_rread")?;
+        }
+        loop {
+            let peer_closed = self.peer_closed.load(Ordering::Acquire);
+            if let Some(m) = self.take_one()? {
+                return Ok(Some(m));
+            }
+            if !wait {
+                return Ok(None);
+            }
+            if peer_closed {
+                bail!(
+                    State,
+                    "rank {} closed the pipe and every message it sent has been read",
+                    self.peer
+                );
+            }
+            if self.ctx.progress_once()? == 0 {
+                self.ctx.conduit.idle();
+            }
+        }
+    }
+
+    fn take_one(&self) -> Result<Option<(u64, usize)>> {
+        let mut g = self.inner.lock();
+        let Inner { rx, stats, .. } = &mut *g;
+        let rx = rx
+            .as_mut()
+            .ok_or_else(|| err!(State, "this end of the pipe only writes"))?;
+        let seq = rx.taken + 1;
+        let slot = slots::slot_addr(rx.inbox + self.shape.ring_off(), self.shape.slots, seq);
+        // SAFETY: a slot of our own ring (library heap, 16-byte aligned).
+        let words = unsafe { slots::load(slot) };
+        let Some((units, len)) = slots::decode(seq, words) else {
+            return Ok(None);
+        };
+        rx.taken = seq;
+        let (off, len) = (units as usize * UNIT, len as usize);
+        let ext = extent(len);
+        let fits = off.checked_add(ext).is_some_and(|e| e <= self.shape.width);
+        let overlaps = rx
+            .held
+            .range(..off + ext)
+            .next_back()
+            .is_some_and(|(&s, &l)| s + extent(l) > off);
+        if !fits || overlaps {
+            stats.refused += 1;
+            bail!(
+                Transport,
+                "rpipe: rank {} sent message {} at [{:#x}, +{}) of pipe {}, which {}: refused",
+                self.peer,
+                seq,
+                off,
+                len,
+                self.id,
+                if fits {
+                    "overlaps a message still held"
+                } else {
+                    "lies outside the heap"
+                }
+            );
+        }
+        if self.transfer == Transfer::Pull && len > 0 {
+            // SAFETY: destination = our heap at the message's extent (ours, unused
+            // until now: the writer allocated it); source = the same offset of the
+            // peer's mirror (its outbox, checked at open).
+            let got = unsafe {
+                self.ctx.conduit.get_sync(
+                    self.peer,
+                    rx.peer_outbox + off,
+                    (rx.inbox + off) as *mut u8,
+                    len,
+                )
+            };
+            if let Err(e) = got {
+                rx.taken = seq - 1;
+                return Err(e);
+            }
+        }
+        rx.held.insert(off, len);
+        stats.read += 1;
+        stats.bytes_read += len as u64;
+        Ok(Some((self.rx_tag << ADDR_SHIFT | off as u64, len)))
+    }
+
+    /// Give a message back (reader), or drop an allocation never written (writer).
+    pub fn rfree(&self, addr: u64) -> Result<()> {
+        self.live()?;
+        let mut g = self.inner.lock();
+        match self.decode(&g, addr)? {
+            Side::Rx(off) => {
+                let rx = g.rx.as_mut().expect("decoded");
+                if rx.held.remove(&off).is_none() {
+                    bail!(
+                        InvalidArg,
+                        "{:#x} is not a message this rank holds (not read yet, or already freed: double rpipe_rfree?)",
+                        addr
+                    );
+                }
+                // SAFETY: our bitmap (inbox, library heap), unit off/UNIT < width/UNIT.
+                unsafe { freemap::toggle(rx.inbox + self.shape.bitmap_off(), off / UNIT) };
+                Ok(())
+            }
+            Side::Tx(off) => {
+                let tx = g.tx.as_mut().expect("decoded");
+                match tx.allocs.get(&off) {
+                    Some(a) if !a.written => {
+                        tx.allocs.remove(&off);
+                        let freed = tx.heap.free(off);
+                        debug_assert!(freed.is_ok());
+                        Ok(())
+                    }
+                    Some(_) => bail!(
+                        InvalidArg,
+                        "{:#x} was written; the reader frees it (the writer may only rfree allocations it never wrote)",
+                        addr
+                    ),
+                    None => bail!(
+                        InvalidArg,
+                        "{:#x} is not allocated (never returned by rpipe_rmalloc, or already freed)",
+                        addr
+                    ),
+                }
+            }
+        }
+    }
+
+    pub fn stats(&self) -> (PipeStats, HeapView) {
+        let g = self.inner.lock();
+        let view = g.tx.as_ref().map_or(HeapView::default(), |tx| HeapView {
+            free_bytes: tx.heap.free_bytes(),
+            largest_free: tx.heap.largest_free(),
+            allocations: tx.allocs.len(),
+            fragmentation: tx.heap.fragmentation(),
+        });
+        (g.stats, view)
+    }
+
+    /// Messages this end still holds or has not read (counted at close).
+    pub(super) fn outstanding(&self) -> u64 {
+        let g = self.inner.lock();
+        let Some(rx) = g.rx.as_ref() else { return 0 };
+        let mut n = rx.held.len() as u64;
+        let mut seq = rx.taken + 1;
+        loop {
+            let slot = slots::slot_addr(rx.inbox + self.shape.ring_off(), self.shape.slots, seq);
+            // SAFETY: a slot of our own ring.
+            if slots::decode(seq, unsafe { slots::load(slot) }).is_none() {
+                break;
+            }
+            n += 1;
+            seq += 1;
+        }
+        n
+    }
+
+    pub(super) fn note_discarded(&self, n: u64) {
+        self.inner.lock().stats.discarded += n;
+    }
+
+    /// The blocks to give back at close.
+    pub(super) fn blocks(&self) -> Vec<usize> {
+        let g = self.inner.lock();
+        g.tx.iter()
+            .map(|t| t.outbox)
+            .chain(g.rx.iter().map(|r| r.inbox))
+            .collect()
+    }
+}
