@@ -3,8 +3,8 @@
 ! Every function of firehose.h is available under the same name through a bind(C)
 ! interface, with the header's constants as named parameters and fh_config_t as an
 ! interoperable derived type. The rules of firehose.h apply unchanged (statuses,
-! handler rules, threads); read it for what each call does. fh_stats_t and
-! fh_thread_stats_t are interoperable derived types too.
+! handler rules, threads); read it for what each call does. fh_stats_t,
+! fh_thread_stats_t and rpipe_stats_t are interoperable derived types too.
 !
 ! Mapping of the C types:
 !   fh_ctx_t *, fh_token_t *, void * buffers, const char *, fh_config_t *
@@ -28,6 +28,12 @@
 !                              c_null_funptr to block)
 !   int comm_f                 integer(c_int), value: the Fortran MPI communicator
 !                              handle itself (e.g. MPI_COMM_WORLD from `use mpi`)
+!   rpipe_t *, rpipe_stats_t * type(c_ptr), value      (c_loc(st) for rpipe_stats_t)
+!   rpipe_t **pipe_out         type(c_ptr), intent(out)
+!   rpipe_addr_t               integer(c_int64_t), value   (a C uint64_t, never 0)
+!   rpipe_addr_t *addr_out     integer(c_int64_t), intent(out)
+!   void * (rpipe_rmem)        type(c_ptr)             (c_f_pointer to use the bytes;
+!                              c_associated is false on error)
 !
 ! Convenience (not in the C header): fh_strerror_str(status) and fh_last_error_str()
 ! return the messages as Fortran strings.
@@ -82,6 +88,18 @@ module firehose
 
   ! ---- handles ----
   integer(c_int64_t), parameter :: FH_HANDLE_NULL = 0_c_int64_t
+
+  ! ---- rpipe_open: role, mode (RPIPE_PULL is a flag to OR in: ior) and policy ----
+  integer(c_int), parameter :: RPIPE_WRITER = 1
+  integer(c_int), parameter :: RPIPE_READER = 2
+  integer(c_int), parameter :: RPIPE_BOTH = 3
+  integer(c_int), parameter :: RPIPE_HALF_DUPLEX = 0
+  integer(c_int), parameter :: RPIPE_FULL_DUPLEX = 1
+  integer(c_int), parameter :: RPIPE_PULL = 2
+  integer(c_int), parameter :: RPIPE_NEXT_FIT = 0
+  integer(c_int), parameter :: RPIPE_FIRST_FIT = 1
+  integer(c_int), parameter :: RPIPE_BEST_FIT = 2
+  integer(c_int), parameter :: RPIPE_WORST_FIT = 3
 
   ! Settings (mirrors struct fh_config_t). Initialise with
   ! fh_config_init(c_loc(cfg)), change fields, pass c_loc(cfg) to fh_init_comm_f.
@@ -154,6 +172,26 @@ module firehose
     integer(c_int64_t) :: da_waits
     integer(c_int64_t) :: stall_ns
   end type fh_thread_stats_t
+
+  ! Counters and heap state of one end of a pipe (mirrors struct rpipe_stats_t; the
+  ! C uint64_t fields are integer(c_int64_t) here, heap_fragmentation a C double).
+  ! No struct_size: rpipe_stats(p, c_loc(st)) fills it all.
+  type, bind(C) :: rpipe_stats_t
+    integer(c_int64_t) :: messages_written
+    integer(c_int64_t) :: messages_read
+    integer(c_int64_t) :: bytes_written
+    integer(c_int64_t) :: bytes_read
+    integer(c_int64_t) :: rmalloc_waits
+    integer(c_int64_t) :: free_syncs
+    integer(c_int64_t) :: frees_seen
+    integer(c_int64_t) :: refused
+    integer(c_int64_t) :: discarded
+    integer(c_int64_t) :: max_message
+    integer(c_int64_t) :: heap_free_bytes
+    integer(c_int64_t) :: heap_largest_free
+    integer(c_int64_t) :: heap_allocations
+    real(c_double) :: heap_fragmentation
+  end type rpipe_stats_t
 
   ! The interface an active message handler must have (pass c_funloc(handler)).
   ! args points to nargs 64-bit arguments (c_f_pointer(args, a, [nargs])); buf to
@@ -621,6 +659,85 @@ module firehose
       import :: c_int
       integer(c_int) :: fh_stats_thread_reset
     end function fh_stats_thread_reset
+
+    ! ---- rpipe: one-sided pipes between two ranks ----
+    function rpipe_open(ctx, peer, role, width_bytes, mode, policy, pipe_out) bind(C, name="rpipe_open")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: peer
+      integer(c_int), value :: role
+      integer(c_size_t), value :: width_bytes
+      integer(c_int), value :: mode
+      integer(c_int), value :: policy
+      type(c_ptr), intent(out) :: pipe_out
+      integer(c_int) :: rpipe_open
+    end function rpipe_open
+
+    function rpipe_rmalloc(p, nbytes, addr_out) bind(C, name="rpipe_rmalloc")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: p
+      integer(c_size_t), value :: nbytes
+      integer(c_int64_t), intent(out) :: addr_out
+      integer(c_int) :: rpipe_rmalloc
+    end function rpipe_rmalloc
+
+    function rpipe_try_rmalloc(p, nbytes, addr_out) bind(C, name="rpipe_try_rmalloc")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: p
+      integer(c_size_t), value :: nbytes
+      integer(c_int64_t), intent(out) :: addr_out
+      integer(c_int) :: rpipe_try_rmalloc
+    end function rpipe_try_rmalloc
+
+    function rpipe_rmem(p, addr) bind(C, name="rpipe_rmem")
+      import :: c_int64_t, c_ptr
+      type(c_ptr), value :: p
+      integer(c_int64_t), value :: addr
+      type(c_ptr) :: rpipe_rmem
+    end function rpipe_rmem
+
+    function rpipe_rwrite(p, addr) bind(C, name="rpipe_rwrite")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: p
+      integer(c_int64_t), value :: addr
+      integer(c_int) :: rpipe_rwrite
+    end function rpipe_rwrite
+
+    function rpipe_rread(p, addr_out, len_out) bind(C, name="rpipe_rread")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: p
+      integer(c_int64_t), intent(out) :: addr_out
+      integer(c_size_t), intent(out) :: len_out
+      integer(c_int) :: rpipe_rread
+    end function rpipe_rread
+
+    function rpipe_try_rread(p, addr_out, len_out) bind(C, name="rpipe_try_rread")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: p
+      integer(c_int64_t), intent(out) :: addr_out
+      integer(c_size_t), intent(out) :: len_out
+      integer(c_int) :: rpipe_try_rread
+    end function rpipe_try_rread
+
+    function rpipe_rfree(p, addr) bind(C, name="rpipe_rfree")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: p
+      integer(c_int64_t), value :: addr
+      integer(c_int) :: rpipe_rfree
+    end function rpipe_rfree
+
+    function rpipe_stats(p, stats_out) bind(C, name="rpipe_stats")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: p
+      type(c_ptr), value :: stats_out
+      integer(c_int) :: rpipe_stats
+    end function rpipe_stats
+
+    function rpipe_close(p) bind(C, name="rpipe_close")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: p
+      integer(c_int) :: rpipe_close
+    end function rpipe_close
   end interface
 
 contains

@@ -972,7 +972,8 @@ int fh_test_nbi(struct fh_ctx_t *ctx, int which);
  * (RPIPE_HALF_DUPLEX), or RPIPE_BOTH on both ends (RPIPE_FULL_DUPLEX). OR
  * RPIPE_PULL into `mode` for pull transfer. Costs `width_bytes` plus small
  * rings of library heap (FH_HEAP_SIZE) per direction on each end.
- * Errors: FH_ERR_INVALID_ARG (bad or disagreeing arguments: both ends fail),
+ * Errors: FH_ERR_INVALID_ARG (bad or disagreeing arguments: both ends fail, except a
+ * NULL pipe_out, refused before the handshake),
  * FH_ERR_BAD_RANK, FH_ERR_NO_MEMORY (library heap full).
  * Threads: any thread; opens of pipes to the same peer from several threads pair
  * in arrival order, so serialise them. Not from AM handlers (blocks).

@@ -57,6 +57,9 @@ pub struct SimWorld {
     nodes: Vec<Node>,
     /// Frames sent in total (for tests).
     pub frames_sent: AtomicU64,
+    /// Complete the operations of one flush in reverse order of issue (MPI promises
+    /// no order within a flush; tests use this to catch code that relies on one).
+    pub reverse_completion: AtomicBool,
 }
 
 impl SimWorld {
@@ -79,6 +82,7 @@ impl SimWorld {
         Ok(Arc::new(SimWorld {
             nodes,
             frames_sent: AtomicU64::new(0),
+            reverse_completion: AtomicBool::new(false),
         }))
     }
 
@@ -194,8 +198,11 @@ impl SimConduit {
         Ok(())
     }
 
-    fn complete(&self, rank: usize, ops: Vec<Op>) -> Result<()> {
+    fn complete(&self, rank: usize, mut ops: Vec<Op>) -> Result<()> {
         let mut first_err = None;
+        if self.world.reverse_completion.load(Ordering::Relaxed) {
+            ops.reverse();
+        }
         for op in ops {
             let (raddr, len) = match op {
                 Op::Put { raddr, len, .. } | Op::Get { raddr, len, .. } => (raddr, len),

@@ -182,7 +182,8 @@ fn out<T>(p: *mut T, what: &str) -> Result<()> {
 /// (RPIPE_HALF_DUPLEX), or RPIPE_BOTH on both ends (RPIPE_FULL_DUPLEX). OR
 /// RPIPE_PULL into `mode` for pull transfer. Costs `width_bytes` plus small
 /// rings of library heap (FH_HEAP_SIZE) per direction on each end.
-/// Errors: FH_ERR_INVALID_ARG (bad or disagreeing arguments: both ends fail),
+/// Errors: FH_ERR_INVALID_ARG (bad or disagreeing arguments: both ends fail, except a
+/// NULL pipe_out, refused before the handshake),
 /// FH_ERR_BAD_RANK, FH_ERR_NO_MEMORY (library heap full).
 /// Threads: any thread; opens of pipes to the same peer from several threads pair
 /// in arrival order, so serialise them. Not from AM handlers (blocks).
@@ -199,9 +200,12 @@ pub extern "C" fn rpipe_open(
     crate::ffi_boundary!(status {
         // SAFETY: validated handle.
         let c = unsafe { ctx_ref(ctx)? };
+        // A NULL pipe_out is refused at once (nothing could be returned anyway).
+        // Bad values take part in the handshake (marked failed), so the peer fails
+        // too instead of waiting for an open that never comes.
         out(pipe_out, "pipe_out")?;
-        let s = spec(role, width_bytes, mode, policy)?;
-        let p = rpipe::open(&c.inner, peer as i64, s)?;
+        let s = spec(role, width_bytes, mode, policy);
+        let p = rpipe::open_checked(&c.inner, peer as i64, s)?;
         // SAFETY: checked non-null; written only on success.
         unsafe { *pipe_out = insert(p) };
         OK

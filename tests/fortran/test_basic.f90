@@ -3,7 +3,11 @@
 ! address exchange with MPI_Allgather, ring fh_put + fh_get of real(c_double) data,
 ! a Fortran short-AM handler with a reply, fh_put_nb + fh_wait, fh_stats_get into
 ! the fh_stats_t derived type (including the firehose-SMP da_* fields),
-! fh_stats_thread_get into fh_thread_stats_t and fh_stats_thread_reset, fh_finalize.
+! fh_stats_thread_get into fh_thread_stats_t and fh_stats_thread_reset, an rpipe
+! between ranks 0 and 1 (half duplex, 0 writes: rpipe_rmalloc of 10 c_int, filled
+! through rpipe_rmem + c_f_pointer, rpipe_rwrite; 1 rpipe_rread, checks length and
+! values, rpipe_rfree, and a second rpipe_rfree is refused; rpipe_stats into the
+! rpipe_stats_t derived type; rpipe_close; ranks >= 2 sit it out), fh_finalize.
 ! Prints "PASS fortran" on rank 0; any failure is `error stop 1`.
 module test_basic_state
   use firehose
@@ -111,6 +115,13 @@ program test_basic
   type(c_ptr) :: remote
   integer(c_int64_t) :: h, args(3)
   double precision :: t0
+  integer, parameter :: nint = 10
+  integer(c_size_t), parameter :: pipe_width = 4096
+  type(c_ptr) :: pipe
+  type(rpipe_stats_t), target :: pst
+  integer(c_int64_t) :: raddr
+  integer(c_size_t) :: rlen
+  integer(c_int), pointer :: iv(:)
 
   call MPI_Init(ierr)
   call MPI_Comm_rank(MPI_COMM_WORLD, mpi_me, ierr)
@@ -237,6 +248,71 @@ program test_basic
   call check(tstats%requests == 0 .and. tstats%da_entries == 0 .and. tstats%rollbacks == 0, &
              "fh_stats_thread_reset left counters")
   call check_rc(fh_stats_thread_get(c_null_ptr), FH_ERR_INVALID_ARG, "fh_stats_thread_get(NULL)")
+
+  ! rpipe: rank 0 writes 10 c_int into rank 1's heap over a half-duplex pipe.
+  ! rpipe_stats_t mirrors the C struct: 13 uint64_t then a double, 112 bytes.
+  call check(c_sizeof(pst) == 112_c_size_t, "sizeof(rpipe_stats_t) differs from C (112)")
+  if (me <= 1 .and. np >= 2) then
+    pipe = c_null_ptr
+    call check_rc(rpipe_open(ctx, me, RPIPE_WRITER, pipe_width, RPIPE_HALF_DUPLEX, RPIPE_NEXT_FIT, pipe), &
+                  FH_ERR_INVALID_ARG, "rpipe_open with peer == self")
+    if (me == 0) then
+      call check_rc(rpipe_open(ctx, 1_c_int, RPIPE_WRITER, pipe_width, RPIPE_HALF_DUPLEX, RPIPE_NEXT_FIT, &
+                               pipe), FH_OK, "rpipe_open (writer)")
+      call check(c_associated(pipe), "rpipe_open gave a NULL pipe")
+      raddr = 0
+      call check_rc(rpipe_rmalloc(pipe, int(nint, c_size_t) * c_sizeof(1_c_int), raddr), FH_OK, "rpipe_rmalloc")
+      call check(raddr /= 0, "rpipe_rmalloc gave address 0")
+      call c_f_pointer(rpipe_rmem(pipe, raddr), iv, [nint])
+      call check(associated(iv), "rpipe_rmem on the writer gave NULL")
+      do i = 1, nint
+        iv(i) = int(100 * i + 7, c_int)
+      end do
+      call check_rc(rpipe_rwrite(pipe, raddr), FH_OK, "rpipe_rwrite")
+      call check(.not. c_associated(rpipe_rmem(pipe, raddr)), "rpipe_rmem after rpipe_rwrite is not NULL")
+      call check_rc(rpipe_rwrite(pipe, raddr), FH_ERR_INVALID_ARG, "rpipe_rwrite of a written address")
+      call check_rc(rpipe_rmalloc(pipe, pipe_width + 1, raddr), FH_ERR_INVALID_ARG, "rpipe_rmalloc over the width")
+      call check_rc(rpipe_rread(pipe, raddr, rlen), FH_ERR_STATE, "rpipe_rread on the writer")
+      call check_rc(rpipe_stats(pipe, c_loc(pst)), FH_OK, "rpipe_stats (writer)")
+      call check(pst%messages_written == 1 .and. pst%messages_read == 0, "rpipe_stats_t messages_* (writer)")
+      call check(pst%bytes_written == int(nint, c_int64_t) * 4, "rpipe_stats_t bytes_written")
+      call check(pst%max_message == int(pipe_width, c_int64_t), "rpipe_stats_t max_message")
+      call check(pst%heap_allocations == 1, "rpipe_stats_t heap_allocations (one unfreed message)")
+      call check(pst%heap_free_bytes == int(pipe_width, c_int64_t) - 64, "rpipe_stats_t heap_free_bytes")
+      call check(pst%heap_largest_free <= pst%heap_free_bytes, "rpipe_stats_t heap_largest_free")
+      call check(pst%heap_fragmentation >= 0.0_c_double .and. pst%heap_fragmentation < 1.0_c_double, &
+                 "rpipe_stats_t heap_fragmentation")
+    else
+      call check_rc(rpipe_open(ctx, 0_c_int, RPIPE_READER, pipe_width, RPIPE_HALF_DUPLEX, RPIPE_NEXT_FIT, &
+                               pipe), FH_OK, "rpipe_open (reader)")
+      call check(c_associated(pipe), "rpipe_open gave a NULL pipe")
+      call check_rc(rpipe_rmalloc(pipe, 4_c_size_t, raddr), FH_ERR_STATE, "rpipe_rmalloc on the reader")
+      raddr = 0
+      rlen = 0
+      call check_rc(rpipe_rread(pipe, raddr, rlen), FH_OK, "rpipe_rread")
+      call check(raddr /= 0, "rpipe_rread gave address 0")
+      call check(rlen == int(nint, c_size_t) * c_sizeof(1_c_int), "rpipe_rread: wrong length")
+      call c_f_pointer(rpipe_rmem(pipe, raddr), iv, [nint])
+      call check(associated(iv), "rpipe_rmem on the reader gave NULL")
+      do i = 1, nint
+        if (iv(i) /= int(100 * i + 7, c_int)) call fail("rpipe_rread: wrong value in the message")
+      end do
+      call check_rc(rpipe_try_rread(pipe, raddr, rlen), FH_NOT_READY, "rpipe_try_rread with nothing sent")
+      call check_rc(rpipe_rfree(pipe, raddr), FH_OK, "rpipe_rfree")
+      call check_rc(rpipe_rfree(pipe, raddr), FH_ERR_INVALID_ARG, "second rpipe_rfree of the same address")
+      call check(.not. c_associated(rpipe_rmem(pipe, raddr)), "rpipe_rmem after rpipe_rfree is not NULL")
+      call check_rc(rpipe_stats(pipe, c_loc(pst)), FH_OK, "rpipe_stats (reader)")
+      call check(pst%messages_read == 1 .and. pst%messages_written == 0, "rpipe_stats_t messages_* (reader)")
+      call check(pst%bytes_read == int(nint, c_int64_t) * 4, "rpipe_stats_t bytes_read")
+      call check(pst%refused == 0, "rpipe_stats_t refused")
+    end if
+  end if
+  ! The reader's try_rread above must run before the writer closes its end.
+  call poll_barrier()
+  if (me <= 1 .and. np >= 2) then
+    call check_rc(rpipe_close(pipe), FH_OK, "rpipe_close")
+    call check_rc(rpipe_stats(pipe, c_loc(pst)), FH_ERR_STATE, "rpipe_stats after rpipe_close")
+  end if
 
   call fh_free(ctx, heap)
   call check_rc(fh_finalize(ctx), FH_OK, "fh_finalize")

@@ -20,5 +20,5 @@ pub mod pipe;
 pub mod slots;
 
 pub use heap::Policy;
-pub use open::{open, Role, RpipeState, Spec};
+pub use open::{open, open_checked, Role, RpipeState, Spec};
 pub use pipe::{HeapView, Pipe, PipeStats, Transfer};

@@ -123,6 +123,13 @@ impl Spec {
 
 /// Open the next pipe with `peer` (both ends call this; blocks until the peer does).
 pub fn open(ctx: &Arc<CtxInner>, peer: i64, spec: Spec) -> Result<Arc<Pipe>> {
+    open_checked(ctx, peer, Ok(spec))
+}
+
+/// As [`open`], for a caller whose arguments may already have failed to parse: with
+/// a valid peer, the handshake still runs (marked failed) so the peer fails too
+/// instead of waiting forever, and the two ends' open counts stay paired.
+pub fn open_checked(ctx: &Arc<CtxInner>, peer: i64, spec: Result<Spec>) -> Result<Arc<Pipe>> {
     ctx.check_live()?;
     am::check_not_in_handler("rpipe_open")?;
     let peer = ctx.check_rank(peer)?;
@@ -132,8 +139,20 @@ pub fn open(ctx: &Arc<CtxInner>, peer: i64, spec: Spec) -> Result<Arc<Pipe>> {
             "rpipe_open: peer is this rank; a pipe joins two different ranks"
         );
     }
+    let (spec, mut problem) = match spec {
+        Ok(s) => (s, s.check().err()),
+        Err(e) => (
+            Spec {
+                role: Role::Writer,
+                width: UNIT,
+                duplex: false,
+                transfer: Transfer::Push,
+                policy: Policy::NextFit,
+            },
+            Some(e),
+        ),
+    };
     let shape = Shape::new(spec.width);
-    let mut problem = spec.check().err();
     let mut blocks: Vec<usize> = Vec::new();
     let mut alloc = |bytes: usize, problem: &mut Option<crate::Error>| -> usize {
         if problem.is_some() {
@@ -227,6 +246,7 @@ pub fn open(ctx: &Arc<CtxInner>, peer: i64, spec: Spec) -> Result<Arc<Pipe>> {
         ctx.clone(),
         peer,
         k,
+        spec.width,
         shape,
         spec.transfer,
         spec.policy,
@@ -257,7 +277,14 @@ fn agree(
             peer
         );
     }
-    let role = Role::from_code(t[2]);
+    let Some(role) = Role::from_code(t[2]) else {
+        bail!(
+            Transport,
+            "rpipe_open: rank {} sent role code {}: refused",
+            peer,
+            t[2]
+        );
+    };
     let mine = (
         spec.width as u64,
         spec.duplex as u64 | ((spec.transfer == Transfer::Pull) as u64) << 1,
@@ -279,9 +306,7 @@ fn agree(
     }
     let complementary = matches!(
         (spec.role, role),
-        (Role::Writer, Some(Role::Reader))
-            | (Role::Reader, Some(Role::Writer))
-            | (Role::Both, Some(Role::Both))
+        (Role::Writer, Role::Reader) | (Role::Reader, Role::Writer) | (Role::Both, Role::Both)
     );
     if !complementary {
         bail!(

@@ -86,8 +86,10 @@ pub struct Shape {
 }
 
 impl Shape {
+    /// The blocks for a pipe whose largest message is `width` bytes (the heap is
+    /// `width` rounded up to whole units).
     pub fn new(width: usize) -> Shape {
-        let width = width / UNIT * UNIT;
+        let width = width.div_ceil(UNIT) * UNIT;
         let units = width / UNIT;
         Shape {
             width,
@@ -194,6 +196,8 @@ enum Side {
 pub struct Pipe {
     pub(super) ctx: Arc<CtxInner>,
     pub peer: usize,
+    /// The width asked for at open: the largest message.
+    max_message: usize,
     /// Pairwise open number: the k-th pipe these two ranks opened.
     pub id: u64,
     pub shape: Shape,
@@ -225,10 +229,12 @@ fn heap_tag(owner: usize, other: usize) -> u64 {
 }
 
 impl Pipe {
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         ctx: Arc<CtxInner>,
         peer: usize,
         id: u64,
+        max_message: usize,
         shape: Shape,
         transfer: Transfer,
         policy: Policy,
@@ -257,6 +263,7 @@ impl Pipe {
             ctx,
             peer,
             id,
+            max_message,
             shape,
             transfer,
             policy,
@@ -278,7 +285,7 @@ impl Pipe {
 
     /// The largest message this pipe carries.
     pub fn max_message(&self) -> usize {
-        self.shape.width
+        self.max_message
     }
 
     pub(super) fn live(&self) -> Result<()> {
@@ -313,12 +320,12 @@ impl Pipe {
         if wait {
             am::check_not_in_handler("rpipe_rmalloc")?;
         }
-        if nbytes > self.shape.width {
+        if nbytes > self.max_message {
             bail!(
                 InvalidArg,
-                "a {}-byte message can never fit this pipe's {}-byte heap (open a wider pipe)",
+                "a {}-byte message can never fit this pipe: its width is {} bytes (open a wider pipe)",
                 nbytes,
-                self.shape.width
+                self.max_message
             );
         }
         let immediate = matches!(self.policy, Policy::BestFit | Policy::WorstFit);
@@ -349,15 +356,15 @@ impl Pipe {
                     stats.rmalloc_waits += 1;
                 }
             }
-            if !wait {
-                return Ok(None);
-            }
             if peer_closed {
                 bail!(
                     State,
                     "rank {} closed the pipe: the space it still holds will never be freed",
                     self.peer
                 );
+            }
+            if !wait {
+                return Ok(None);
             }
             if self.ctx.progress_once()? == 0 {
                 self.ctx.conduit.idle();
@@ -538,15 +545,15 @@ impl Pipe {
             if let Some(m) = self.take_one()? {
                 return Ok(Some(m));
             }
-            if !wait {
-                return Ok(None);
-            }
             if peer_closed {
                 bail!(
                     State,
                     "rank {} closed the pipe and every message it sent has been read",
                     self.peer
                 );
+            }
+            if !wait {
+                return Ok(None);
             }
             if self.ctx.progress_once()? == 0 {
                 self.ctx.conduit.idle();
