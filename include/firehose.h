@@ -1,8 +1,8 @@
 /*
  * firehose.h -- C API of the firehose communication library.
  *
- * One-sided put/get to memory of any rank, active messages, and (in later
- * versions) rpipe channels, atomics and collectives, for MPI programs.
+ * One-sided put/get to memory of any rank, active messages, rmalloc/rpipe
+ * channels, and (in later versions) atomics and collectives, for MPI programs.
  *
  * Conventions
  *  - Every call returns an int status: FH_OK (0), FH_NOT_READY (1, from test/try
