@@ -48,6 +48,28 @@
 # <outdir>/smp/summary.txt collects the tables. BENCH_SMP=0 skips it,
 # BENCH_SMP=only runs nothing else; BENCH_SMP_MODES (default "fig8 gups hit")
 # picks modes. About 2 minutes in all.
+#
+# bench_rpipe (issue 5, rmalloc/rpipe of seed 003) runs in its own section too,
+# $RPIPE_BENCH_RUNS times (default 5), each run one launch per mode (see
+# bench/bench_rpipe.c), results in <outdir>/rpipe/run<i>/<label>.txt and .csv and,
+# merged over the runs (plus a "run" column), in <outdir>/rpipe/:
+#   lat     2 ranks: ping-pong latency, 8 B .. 1 MiB, rpipe push and pull (a fresh
+#           rmalloc per message) against 2 x MPI_Put + flush with a polled flag
+#           ("2PUT"), MPI_Send/MPI_Recv and per-message lock/put/unlock +
+#           lock/accumulate/unlock -> bench_rpipe_lat.csv; targets: push <= 1.0 x 2PUT
+#           at every size, push < 1.0 x Send/Recv up to 4 KiB
+#   policy  2 ranks: next/first/best/worst fit on one randomized trace (seed 003),
+#           pipe widths 256 KiB and 128 KiB: time per message vs next fit,
+#           fragmentation, rmalloc waits, free syncs -> bench_rpipe_policy.csv,
+#           bench_rpipe_policy_detail.csv
+#   random  at each rank count of $RPIPE_BENCH_RANDOM_NPS (default "2 4 8"): every
+#           rank sends small messages to random peers over full-duplex pipes to all,
+#           vs the same trace with MPI_Isend/MPI_Iprobe -> bench_rpipe_random_np<N>.csv
+# <outdir>/rpipe/summary.txt has the medians over the runs, headline.txt the targets.
+# BENCH_RPIPE=0 skips it, BENCH_RPIPE=only runs nothing else; BENCH_RPIPE_MODES
+# (default "lat policy random") picks modes. The library heap it needs (lat: about
+# 16 MiB per rank) fits the default FH_HEAP_SIZE (32M); bench_rpipe lat sets
+# FH_HEAP_SIZE=48M itself when it is unset. About 10 s per run on an idle machine.
 set -u
 bindir=${1:?usage: run-bench.sh <bindir> <outdir>}
 outdir=${2:?usage: run-bench.sh <bindir> <outdir>}
@@ -63,10 +85,11 @@ for b in "$bindir"/bench_*; do
   # sections below.
   [ "${BENCH_FIREHOSE:-1}" = only ] && break
   [ "${BENCH_SMP:-1}" = only ] && break
-  case "$(basename "$b")" in bench_firehose | bench_smp) continue ;; esac
+  [ "${BENCH_RPIPE:-1}" = only ] && break
+  case "$(basename "$b")" in bench_firehose | bench_smp | bench_rpipe) continue ;; esac
   [ -x "$b" ] && benches+=("$b")
 done
-[ ${#benches[@]} -gt 0 ] || [ -x "$bindir/bench_firehose" ] || [ -x "$bindir/bench_smp" ] ||
+[ ${#benches[@]} -gt 0 ] || [ -x "$bindir/bench_firehose" ] || [ -x "$bindir/bench_smp" ] || [ -x "$bindir/bench_rpipe" ] ||
   { echo "run-bench: no bench_* programs in $bindir" >&2; exit 1; }
 
 echo "firehose benchmarks: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(nproc) cores, load average$(uptime | sed 's/.*load average//')"
@@ -118,7 +141,8 @@ done
 # ------------------------------------------------------------ firehose (issue 3)
 fh_bin=$bindir/bench_firehose
 fdir=$outdir/firehose
-if [ -x "$fh_bin" ] && [ "${BENCH_FIREHOSE:-1}" != 0 ] && [ "${BENCH_SMP:-1}" != only ]; then
+if [ -x "$fh_bin" ] && [ "${BENCH_FIREHOSE:-1}" != 0 ] && [ "${BENCH_SMP:-1}" != only ] &&
+   [ "${BENCH_RPIPE:-1}" != only ]; then
   here=$(cd "$(dirname "$0")" && pwd)
   np=${FH_BENCH_NP:-2}
   fruns=${FH_BENCH_RUNS:-3}
@@ -197,7 +221,8 @@ fi
 # ------------------------------------------------------------ firehose-SMP (issue 4)
 smp_bin=$bindir/bench_smp
 sdir=$outdir/smp
-if [ -x "$smp_bin" ] && [ "${BENCH_SMP:-1}" != 0 ] && [ "${BENCH_FIREHOSE:-1}" != only ]; then
+if [ -x "$smp_bin" ] && [ "${BENCH_SMP:-1}" != 0 ] && [ "${BENCH_FIREHOSE:-1}" != only ] &&
+   [ "${BENCH_RPIPE:-1}" != only ]; then
   rm -rf "$sdir"
   mkdir -p "$sdir"
   smp_start=$(date +%s)
@@ -272,6 +297,87 @@ target() { # summary-file benchmark size target label
              ($6 <= t ? "met" : "MISSED") }
     END { if (!found) printf "  %-42s (not measured)\n", l }' "$1"
 }
+
+# ------------------------------------------------------------ rpipe (issue 5)
+rp_bin=$bindir/bench_rpipe
+rpdir=$outdir/rpipe
+if [ -x "$rp_bin" ] && [ "${BENCH_RPIPE:-1}" != 0 ] && [ "${BENCH_FIREHOSE:-1}" != only ] &&
+   [ "${BENCH_SMP:-1}" != only ]; then
+  rm -rf "$rpdir"
+  mkdir -p "$rpdir"
+  rp_start=$(date +%s)
+  rpruns=${RPIPE_BENCH_RUNS:-5}
+  rp_run() { # run label dir np mode (report in <dir>/<label>.txt; run 1 also printed)
+    local run=$1 label=$2 dir=$3 np=$4 mode=$5 rc
+    mkdir -p "$dir"
+    if [ "$run" = 1 ]; then
+      echo; echo "################ bench_rpipe $mode, $np ranks (run 1 of $rpruns)"
+      # shellcheck disable=SC2086 # MPIEXEC holds a command and its flags
+      timeout "$TIMEOUT" $MPIEXEC -np "$np" "$rp_bin" "$mode" "$dir" > >(tee "$dir/$label.txt") \
+        2> >(tee "$dir/$label.err" >&2)
+    else
+      # shellcheck disable=SC2086
+      timeout "$TIMEOUT" $MPIEXEC -np "$np" "$rp_bin" "$mode" "$dir" >"$dir/$label.txt" 2>"$dir/$label.err"
+    fi
+    rc=$?
+    if [ "$rc" != 0 ]; then
+      echo "FAIL: bench_rpipe $label (run $run) exited with status $rc" >&2
+      tail -20 "$dir/$label.err" >&2
+      fail=$((fail+1))
+    else
+      [ "$run" = 1 ] || echo "run $run: bench_rpipe $label ok (loadavg $(cut -d' ' -f1 /proc/loadavg))"
+    fi
+  }
+  for ((i = 1; i <= rpruns; i++)); do
+    echo "rpipe run $i: loadavg $(cut -d' ' -f1-4 /proc/loadavg) at start" >>"$outdir/load.txt"
+    for m in ${BENCH_RPIPE_MODES:-lat policy random}; do
+      case $m in
+      lat | policy) rp_run "$i" "$m" "$rpdir/run$i" 2 "$m" ;;
+      random)
+        for np in ${RPIPE_BENCH_RANDOM_NPS:-2 4 8}; do
+          rp_run "$i" "random_np$np" "$rpdir/run$i" "$np" random
+        done ;;
+      *) echo "run-bench: unknown bench_rpipe mode '$m'" >&2; fail=$((fail+1)) ;;
+      esac
+    done
+  done
+  # Merge over the runs: the program's columns plus "run".
+  rp_csvs=()
+  for f in "$rpdir"/run*/bench_rpipe_*.csv; do
+    [ -f "$f" ] || continue
+    name=$(basename "$f")
+    out=$rpdir/$name
+    if [ ! -f "$out" ]; then
+      for r in "$rpdir"/run*/"$name"; do
+        ri=${r#"$rpdir"/run}; ri=${ri%%/*}
+        [ -f "$out" ] || echo "$(head -1 "$r"),run" >"$out"
+        tail -n +2 "$r" | sed "s/\$/,$ri/" >>"$out"
+      done
+      case $name in *_detail.csv) ;; *) rp_csvs+=("$out") ;; esac
+    fi
+  done
+  if [ ${#rp_csvs[@]} -gt 0 ]; then
+    summarise "${rp_csvs[@]}" >"$rpdir/summary.txt"
+    {
+      echo "rpipe targets (rpipe time / baseline time, median over $rpruns runs; lower is better):"
+      for s in 8 64 512 4096 65536 1048576; do
+        target "$rpdir/summary.txt" rpipe_push_vs_2put $s 1.0 "push $s B vs 2PUT (MPI_Put data+flag)"
+      done
+      for s in 8 64 512 4096; do
+        target "$rpdir/summary.txt" rpipe_push_vs_sendrecv $s 1.0 "push $s B vs MPI_Send/Recv"
+      done
+    } >"$rpdir/headline.txt"
+    if [ -f "$rpdir/bench_rpipe_policy_detail.csv" ]; then
+      {
+        echo
+        echo "rpipe allocation policies (every run; ratio = time per message / next fit's in the same run):"
+        column -s, -t "$rpdir/bench_rpipe_policy_detail.csv" | sed 's/^/  /'
+      } >>"$rpdir/headline.txt"
+    fi
+  fi
+  echo "bench_rpipe: $(( $(date +%s) - rp_start )) s in all; summary: $rpdir/summary.txt"
+fi
+
 csvs=()
 for b in "${benches[@]}"; do [ -f "$outdir/$(basename "$b").csv" ] && csvs+=("$outdir/$(basename "$b").csv"); done
 for f in "$fdir/bench_firehose_hit.csv" "$fdir/bench_firehose_miss.csv"; do [ -f "$f" ] && csvs+=("$f"); done
@@ -303,6 +409,12 @@ if [ -f "$sdir/summary.txt" ]; then
   echo
   echo "################ firehose-SMP (bench_smp; tables: $sdir/summary.txt)"
   sed -n '/^firehose-SMP targets:/,$p' "$sdir/summary.txt"
+fi
+if [ -f "$rpdir/summary.txt" ]; then
+  echo
+  echo "################ rpipe (bench_rpipe; medians over the runs; all rows: $rpdir/summary.txt)"
+  cat "$rpdir/summary.txt"
+  cat "$rpdir/headline.txt"
 fi
 echo "load average at the end$(uptime | sed 's/.*load average//')"
 [ "$fail" = 0 ] || { echo "run-bench: $fail benchmark run(s) failed" >&2; exit 1; }

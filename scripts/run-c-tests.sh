@@ -56,6 +56,11 @@ extra test_firehose 2 - FH_REGISTRATION=firehose "${SMALL[@]}"
 extra test_firehose 2 - FH_REGISTRATION=rendezvous-unpin "${SMALL[@]}"
 extra test_firehose 2 - FH_REGISTRATION=rendezvous-keep FH_FIREHOSE_M=16M FH_TEST_WS=1M
 extra test_firehose 2 - FH_REGISTRATION=pin-everything FH_FIREHOSE_M=16M FH_TEST_WS=1M
+# Without node-shared heaps every heap access goes through MPI RMA (the path ranks on
+# different nodes take).
+extra test_rpipe 2 - FH_SHM=0
+extra test_ring 4 - FH_SHM=0
+extra test_firehose 2 - FH_SHM=0 "${SMALL[@]}"
 # Keeping strategies with a small M run out with FH_ERR_NO_RESOURCE, cleanly.
 extra test_fh_limits_np2 2 - FH_REGISTRATION=pin-everything "${SMALL[@]}"
 extra test_fh_limits_np2 2 - FH_REGISTRATION=rendezvous-keep "${SMALL[@]}"

@@ -8,10 +8,12 @@
 
 use super::{ctx_ref, fh_ctx_t, OK};
 use crate::api::rpipe::{self, Pipe, Policy, Role, Spec, Transfer};
+use crate::bail;
 use crate::runtime::error::{Result, Status};
-use crate::{bail, err};
-use parking_lot::RwLock;
+use parking_lot::Mutex;
+use std::collections::VecDeque;
 use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// Opaque pipe handle (`rpipe_t *`).
@@ -73,58 +75,105 @@ pub struct rpipe_stats_t {
     pub heap_fragmentation: f64,
 }
 
-#[derive(Default)]
-struct Table {
-    slots: Vec<(u32, Option<Arc<Pipe>>)>,
-    free: Vec<usize>,
+/// Pipes one process may have open at once (slots are reused after close).
+const MAX_PIPES: usize = CHUNK * CHUNKS;
+const CHUNK: usize = 1024;
+const CHUNKS: usize = 1024;
+
+/// One handle slot. `gen` changes at every close, so an old handle no longer matches.
+/// `pipe` keeps the (closed) pipe alive until the slot is reused.
+struct Slot {
+    gen: AtomicU32,
+    pipe: AtomicPtr<Pipe>,
 }
 
-static PIPES: RwLock<Table> = RwLock::new(Table {
-    slots: Vec::new(),
-    free: Vec::new(),
-});
+/// Slots in chunks allocated on first use and never freed, so a lookup is two plain
+/// loads with no lock and no reference count (the hot path polls rpipe_try_rread).
+static CHUNK_TABLE: [AtomicPtr<[Slot; CHUNK]>; CHUNKS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; CHUNKS];
 
-fn insert(p: Arc<Pipe>) -> *mut rpipe_t {
-    let mut t = PIPES.write();
-    let i = match t.free.pop() {
+/// Free slots, reused oldest first (a handle used after close stays refused as long
+/// as possible), and the next never-used slot.
+static FREE: Mutex<(VecDeque<usize>, usize)> = Mutex::new((VecDeque::new(), 0));
+
+fn slot(i: usize) -> Option<&'static Slot> {
+    let c = CHUNK_TABLE.get(i / CHUNK)?.load(Ordering::Acquire);
+    // SAFETY: a non-null chunk pointer comes from Box::into_raw below and is never
+    // freed, so it is valid for 'static.
+    (!c.is_null()).then(|| unsafe { &(*c)[i % CHUNK] })
+}
+
+fn insert(p: Arc<Pipe>) -> Result<*mut rpipe_t> {
+    let mut f = FREE.lock();
+    let i = match f.0.pop_front() {
         Some(i) => i,
-        None => {
-            t.slots.push((0, None));
-            t.slots.len() - 1
+        None if f.1 < MAX_PIPES => {
+            f.1 += 1;
+            f.1 - 1
         }
+        None => bail!(
+            NoResource,
+            "{} pipes are open in this process: close some",
+            MAX_PIPES
+        ),
     };
-    let gen = t.slots[i].0;
-    t.slots[i].1 = Some(p);
-    (((gen as u64) << 32) | (i as u64 + 1)) as usize as *mut rpipe_t
+    let chunk = &CHUNK_TABLE[i / CHUNK];
+    if chunk.load(Ordering::Acquire).is_null() {
+        let fresh: Box<[Slot; CHUNK]> = Box::new(std::array::from_fn(|_| Slot {
+            gen: AtomicU32::new(0),
+            pipe: AtomicPtr::new(std::ptr::null_mut()),
+        }));
+        chunk.store(Box::into_raw(fresh), Ordering::Release);
+    }
+    let s = slot(i).expect("chunk allocated above");
+    let old = s.pipe.swap(Arc::into_raw(p) as *mut Pipe, Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: `old` came from Arc::into_raw in an earlier insert; the slot held
+        // that reference until now (the pipe was closed before the slot was freed).
+        drop(unsafe { Arc::from_raw(old) });
+    }
+    let gen = s.gen.load(Ordering::Acquire);
+    Ok((((gen as u64) << 32) | (i as u64 + 1)) as usize as *mut rpipe_t)
 }
 
-fn lookup(h: *mut rpipe_t) -> Result<Arc<Pipe>> {
+/// The pipe behind a handle. The reference stays valid until the handle's slot is
+/// reused by a later rpipe_open after rpipe_close (the header's rule: no call on a
+/// pipe may run concurrently with its close).
+fn lookup(h: *mut rpipe_t) -> Result<&'static Pipe> {
     let v = h as usize as u64;
     if v == 0 {
         bail!(InvalidArg, "pipe is NULL (open one with rpipe_open)");
     }
     let (gen, i) = ((v >> 32) as u32, (v & 0xffff_ffff) as usize);
-    let t = PIPES.read();
-    match t.slots.get(i.wrapping_sub(1)) {
-        Some((g, Some(p))) if *g == gen => Ok(p.clone()),
-        Some(_) => Err(err!(
-            State,
-            "pipe {:#x} is closed (use after rpipe_close)",
-            v
-        )),
-        None => Err(err!(InvalidArg, "{:#x} is not an rpipe_t handle", v)),
+    let Some(s) = i.checked_sub(1).and_then(slot) else {
+        bail!(InvalidArg, "{:#x} is not an rpipe_t handle", v);
+    };
+    let p = s.pipe.load(Ordering::Acquire);
+    if p.is_null() {
+        bail!(InvalidArg, "{:#x} is not an rpipe_t handle", v);
     }
+    if s.gen.load(Ordering::Acquire) != gen {
+        bail!(State, "pipe {:#x} is closed (use after rpipe_close)", v);
+    }
+    // SAFETY: the slot holds a reference to this pipe until it is reused (above).
+    Ok(unsafe { &*p })
 }
 
 fn remove(h: *mut rpipe_t) {
     let v = h as usize as u64;
     let i = ((v & 0xffff_ffff) as usize).wrapping_sub(1);
-    let mut t = PIPES.write();
-    if let Some(s) = t.slots.get_mut(i) {
-        if s.0 == (v >> 32) as u32 && s.1.is_some() {
-            s.0 = s.0.wrapping_add(1);
-            s.1 = None;
-            t.free.push(i);
+    if let Some(s) = slot(i) {
+        let mut f = FREE.lock();
+        if s.gen
+            .compare_exchange(
+                (v >> 32) as u32,
+                ((v >> 32) as u32).wrapping_add(1),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+        {
+            f.0.push_back(i);
         }
     }
 }
@@ -207,7 +256,7 @@ pub extern "C" fn rpipe_open(
         let s = spec(role, width_bytes, mode, policy);
         let p = rpipe::open_checked(&c.inner, peer as i64, s)?;
         // SAFETY: checked non-null; written only on success.
-        unsafe { *pipe_out = insert(p) };
+        unsafe { *pipe_out = insert(p)? };
         OK
     })
 }

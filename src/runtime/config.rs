@@ -112,6 +112,8 @@ pub struct Config {
     pub fh_putinmove: usize,
     pub registration: Strategy,
     pub stats: bool,
+    /// Map the library heaps of ranks on this node into each other (direct copies).
+    pub shm: bool,
     /// `sources[i]` is where `SETTINGS[i]` came from.
     pub sources: Vec<Source>,
 }
@@ -389,6 +391,16 @@ pub static SETTINGS: &[Setting] = &[
         },
         show: |c| (c.stats as u8).to_string(),
     },
+    Setting {
+        name: "FH_SHM",
+        default: "1",
+        help: "1: ranks on one node map each other's library heaps (MPI_Win_allocate_shared) and copy directly; 0: every access goes through MPI RMA",
+        set: |c, v| {
+            c.shm = parse_bool(v)?;
+            Ok(())
+        },
+        show: |c| (c.shm as u8).to_string(),
+    },
 ];
 
 /// Index of a setting by name.
@@ -419,6 +431,7 @@ impl Config {
             fh_putinmove: 0,
             registration: Strategy::Firehose,
             stats: false,
+            shm: true,
             sources: vec![Source::Default; SETTINGS.len()],
         };
         for s in SETTINGS {

@@ -1,7 +1,10 @@
 //! The MPI conduit: MPI-3 passive-target RMA for put/get, MPI two-sided messages on a
 //! private communicator for active messages.
 //!
-//! Memory: the library heap is an `mmap`ed area exposed with `MPI_Win_create`; user
+//! Memory: the library heap is exposed with `MPI_Win_create`. On one node the heaps
+//! of all ranks live in an `MPI_Win_allocate_shared` window (`FH_SHM=1`, the
+//! default), so access to a node peer's heap is a plain memory copy; otherwise the
+//! heap is a private `mmap`ed area. User
 //! memory is attached on demand to one `MPI_Win_create_dynamic` window (only the
 //! target can attach, so registration happens on the target). Both windows stay in a
 //! `MPI_Win_lock_all` epoch for the context's life; completion is by flush.
@@ -29,7 +32,7 @@ use mpi::ffi;
 use parking_lot::{Mutex, ReentrantMutex, ReentrantMutexGuard};
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 /// Tag of AM frames.
 const TAG_AM: c_int = 1;
@@ -100,7 +103,15 @@ pub struct MpiConduit {
     size: usize,
     am_comm: H<ffi::MPI_Comm>,
     rma_comm: H<ffi::MPI_Comm>,
-    heap: Mapping,
+    /// The library heap `(base, len)`: page-aligned, inside `heap_map` or `shm`.
+    heap_at: (usize, usize),
+    /// The heap's memory when it is a private mapping (no node sharing).
+    _heap_map: Option<Mapping>,
+    /// The heap's memory when ranks of this node share it (`FH_SHM`).
+    shm: Option<SharedHeaps>,
+    /// Per rank: where its library heap appears in *our* address space when it is on
+    /// this node and mapped here (puts/gets to it are then plain copies).
+    peer_heaps: Vec<Option<usize>>,
     heap_locked: bool,
     heap_win: H<ffi::MPI_Win>,
     dyn_win: H<ffi::MPI_Win>,
@@ -122,6 +133,151 @@ pub struct MpiConduit {
     sends_pending: AtomicUsize,
     /// Recycled small frame buffers (bounded: at most POOL_MAX of at most POOL_BUF).
     pool: Mutex<Vec<Vec<u8>>>,
+}
+
+/// A heap's `(base, len)` with the accessor names of [`Mapping`].
+struct HeapAt(usize, usize);
+impl HeapAt {
+    fn addr(&self) -> usize {
+        self.0
+    }
+    fn len(&self) -> usize {
+        self.1
+    }
+}
+
+/// The library heaps of the ranks on this node, in one MPI shared-memory window
+/// (`MPI_Win_allocate_shared` on the node's communicator), so each rank sees the
+/// others' heaps in its own address space and a put or get to them is a memory copy
+/// (GASNet's PSHM idea). The heap window of `MPI_Win_create` is still created over
+/// the same memory for ranks on other nodes.
+///
+/// Guarantees: `base` is page-aligned and `[base, base + len)` lies in this rank's
+/// segment; `views[i]` is where node member `members[i]`'s segment starts in our
+/// address space. Freed once, at finalize, after the windows over it.
+struct SharedHeaps {
+    win: H<ffi::MPI_Win>,
+    node: H<ffi::MPI_Comm>,
+    raw: usize,
+    base: usize,
+    len: usize,
+    /// Ranks (of the conduit's communicator) on this node, and their segments here.
+    members: Vec<usize>,
+    views: Vec<usize>,
+}
+
+impl SharedHeaps {
+    fn new(comm: ffi::MPI_Comm, heap_size: usize) -> Result<SharedHeaps> {
+        let page = os::page_size();
+        let len = os::page_span(0, heap_size).1.max(page);
+        // SAFETY (whole block): plain MPI calls on a valid communicator with
+        // out-parameters that live on this stack frame; every handle created is
+        // either returned (and freed at finalize) or freed on the error path.
+        unsafe {
+            let mut node: ffi::MPI_Comm = std::mem::zeroed();
+            check(
+                ffi::MPI_Comm_split_type(
+                    comm,
+                    ffi::RSMPI_COMM_TYPE_SHARED as c_int,
+                    0,
+                    ffi::RSMPI_INFO_NULL,
+                    &mut node,
+                ),
+                || "MPI_Comm_split_type(SHARED)".into(),
+            )?;
+            let free_node = |mut n: ffi::MPI_Comm| {
+                ffi::MPI_Comm_free(&mut n);
+            };
+            let mut info: ffi::MPI_Info = std::mem::zeroed();
+            ffi::MPI_Info_create(&mut info);
+            ffi::MPI_Info_set(info, c"alloc_shared_noncontig".as_ptr(), c"true".as_ptr());
+            let mut raw: *mut c_void = std::ptr::null_mut();
+            let mut win: ffi::MPI_Win = std::mem::zeroed();
+            let rc = ffi::MPI_Win_allocate_shared(
+                (len + page) as ffi::MPI_Aint,
+                1,
+                info,
+                node,
+                &mut raw as *mut *mut c_void as *mut c_void,
+                &mut win,
+            );
+            ffi::MPI_Info_free(&mut info);
+            if let Err(e) = check(rc, || "MPI_Win_allocate_shared (library heaps)".into()) {
+                free_node(node);
+                return Err(e);
+            }
+            ffi::MPI_Win_set_errhandler(win, ffi::RSMPI_ERRORS_RETURN);
+            let raw = raw as usize;
+            let base = (raw + page - 1) & !(page - 1);
+            // Which ranks of `comm` are on this node, and their segments here.
+            let (mut n, mut g_node, mut g_comm) = (0, std::mem::zeroed(), std::mem::zeroed());
+            ffi::MPI_Comm_size(node, &mut n);
+            ffi::MPI_Comm_group(node, &mut g_node);
+            ffi::MPI_Comm_group(comm, &mut g_comm);
+            let local: Vec<c_int> = (0..n).collect();
+            let mut members = vec![0 as c_int; n as usize];
+            let rc = ffi::MPI_Group_translate_ranks(
+                g_node,
+                n,
+                local.as_ptr(),
+                g_comm,
+                members.as_mut_ptr(),
+            );
+            ffi::MPI_Group_free(&mut g_node);
+            ffi::MPI_Group_free(&mut g_comm);
+            let mut views = Vec::with_capacity(n as usize);
+            let mut bad = check(rc, || "MPI_Group_translate_ranks".into()).err();
+            for q in 0..n {
+                let (mut sz, mut du, mut p): (ffi::MPI_Aint, c_int, *mut c_void) =
+                    (0, 0, std::ptr::null_mut());
+                let rc = ffi::MPI_Win_shared_query(
+                    win,
+                    q,
+                    &mut sz,
+                    &mut du,
+                    &mut p as *mut *mut c_void as *mut c_void,
+                );
+                if rc != ffi::MPI_SUCCESS as c_int || (sz as usize) < len + page {
+                    bad.get_or_insert(crate::err!(
+                        Mpi,
+                        "MPI_Win_shared_query({}) gave {} bytes",
+                        q,
+                        sz
+                    ));
+                }
+                views.push(p as usize);
+            }
+            if let Some(e) = bad {
+                ffi::MPI_Win_free(&mut win);
+                free_node(node);
+                return Err(e);
+            }
+            Ok(SharedHeaps {
+                win: H(win),
+                node: H(node),
+                raw,
+                base,
+                len,
+                members: members.iter().map(|&m| m as usize).collect(),
+                views,
+            })
+        }
+    }
+
+    /// # Safety
+    /// Once, after no window over the heap remains and no access to it can come.
+    unsafe fn free(&self, note: &mut impl FnMut(Result<()>)) {
+        let (mut w, mut c) = (self.win.0, self.node.0);
+        // SAFETY: handles we created; the caller's contract says nobody uses them.
+        unsafe {
+            note(check(ffi::MPI_Win_free(&mut w), || {
+                "MPI_Win_free (shared heaps)".into()
+            }));
+            note(check(ffi::MPI_Comm_free(&mut c), || {
+                "MPI_Comm_free (node)".into()
+            }));
+        }
+    }
 }
 
 fn u8t() -> ffi::MPI_Datatype {
@@ -183,7 +339,34 @@ impl MpiConduit {
             })?;
             let (rank, size) = (r as usize, s as usize);
 
-            let heap = Mapping::new(cfg.heap_size)?;
+            // A 1-rank communicator needs no windows (every access is to self and is
+            // a memory copy); Open MPI 4.1's osc/rdma cannot create them there anyway.
+            let windows = size > 1;
+            let shm = if windows && cfg.shm {
+                match SharedHeaps::new(rma_comm, cfg.heap_size) {
+                    Ok(sh) => Some(sh),
+                    Err(e) => {
+                        if cfg.verbose {
+                            eprintln!(
+                                "firehose[{}]: no shared-memory heaps ({}); using MPI RMA",
+                                rank, e
+                            );
+                        }
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            let (heap_map, heap_at) = match &shm {
+                Some(sh) => (None, (sh.base, sh.len)),
+                None => {
+                    let m = Mapping::new(cfg.heap_size)?;
+                    let at = (m.addr(), m.len());
+                    (Some(m), at)
+                }
+            };
+            let heap = HeapAt(heap_at.0, heap_at.1);
             let heap_locked = cfg.pin == Pin::Mlock && os::mlock(heap.addr(), heap.len()).is_ok();
             if cfg.pin == Pin::Mlock && !heap_locked && cfg.verbose {
                 eprintln!(
@@ -193,9 +376,6 @@ impl MpiConduit {
                 );
             }
 
-            // A 1-rank communicator needs no windows (every access is to self and is
-            // a memory copy); Open MPI 4.1's osc/rdma cannot create them there anyway.
-            let windows = size > 1;
             let mut heap_win: ffi::MPI_Win = ffi::RSMPI_WIN_NULL;
             let mut dyn_win: ffi::MPI_Win = ffi::RSMPI_WIN_NULL;
             if windows {
@@ -239,24 +419,35 @@ impl MpiConduit {
                 }
             }
 
-            let mine = [heap.addr() as u64, heap.len() as u64];
-            let mut all = vec![0u64; 2 * size];
+            // Heap base, length, and (when shared) where the shared segment starts,
+            // so a node peer can find our heap inside its view of the segment.
+            let raw = shm.as_ref().map_or(0, |sh| sh.raw);
+            let mine = [heap.addr() as u64, heap.len() as u64, raw as u64];
+            let mut all = vec![0u64; 3 * size];
             check(
                 ffi::MPI_Allgather(
                     mine.as_ptr() as *const c_void,
-                    16,
+                    24,
                     u8t(),
                     all.as_mut_ptr() as *mut c_void,
-                    16,
+                    24,
                     u8t(),
                     rma_comm,
                 ),
                 || "MPI_Allgather (heap addresses)".into(),
             )?;
-            let remote_heaps = all
-                .chunks(2)
+            let remote_heaps: Vec<(usize, usize)> = all
+                .chunks(3)
                 .map(|c| (c[0] as usize, c[1] as usize))
                 .collect();
+            let mut peer_heaps = vec![None; size];
+            if let Some(sh) = &shm {
+                for (&r, &view) in sh.members.iter().zip(&sh.views) {
+                    let c = &all[3 * r..3 * r + 3];
+                    // Their heap starts (base - raw) bytes into their segment.
+                    peer_heaps[r] = Some(view + (c[0] - c[2]) as usize);
+                }
+            }
 
             let n = cfg.am_recv_buffers;
             let recv = RecvState {
@@ -287,7 +478,10 @@ impl MpiConduit {
                 size,
                 am_comm: H(am_comm),
                 rma_comm: H(rma_comm),
-                heap,
+                heap_at,
+                _heap_map: heap_map,
+                shm,
+                peer_heaps,
                 heap_locked,
                 heap_win: H(heap_win),
                 dyn_win: H(dyn_win),
@@ -508,6 +702,26 @@ impl MpiConduit {
             }
             return Ok(());
         }
+        if let Some(view) = self.peer_heaps[rank] {
+            let (base, hlen) = self.remote_heaps[rank];
+            if raddr >= base && raddr.checked_add(len).is_some_and(|e| e <= base + hlen) {
+                let at = view + (raddr - base);
+                // SAFETY: `at` is the same heap bytes mapped into this process (MPI
+                // shared window of this node), in range per the check above; `local`
+                // is valid for len bytes (contract). The copy is complete on return,
+                // so a later flush has nothing to wait for; the release fence keeps
+                // later stores (a notification flag) from becoming visible first.
+                unsafe {
+                    if is_put {
+                        std::ptr::copy(local as *const u8, at as *mut u8, len)
+                    } else {
+                        std::ptr::copy(at as *const u8, local, len)
+                    }
+                }
+                fence(Ordering::Release);
+                return Ok(());
+            }
+        }
         let (win, disp, bit) = self.resolve(rank, raddr, len);
         let _s = self.serial();
         let dt = u8t();
@@ -703,7 +917,7 @@ impl Conduit for MpiConduit {
         self.size
     }
     fn heap(&self) -> (usize, usize) {
-        (self.heap.addr(), self.heap.len())
+        self.heap_at
     }
     fn remote_heap(&self, rank: usize) -> (usize, usize) {
         self.remote_heaps[rank]
@@ -755,6 +969,9 @@ impl Conduit for MpiConduit {
 
     fn flush(&self, rank: usize) -> Result<()> {
         self.check_rank(rank)?;
+        // Direct copies into a node peer's heap are complete already; order them
+        // before whatever the caller stores next.
+        fence(Ordering::SeqCst);
         if rank == self.rank {
             return Ok(());
         }
@@ -1080,7 +1297,11 @@ impl Conduit for MpiConduit {
             }
         }
         if self.heap_locked {
-            os::munlock(self.heap.addr(), self.heap.len());
+            os::munlock(self.heap_at.0, self.heap_at.1);
+        }
+        if let Some(sh) = &self.shm {
+            // SAFETY: freed once, here, after every window over the heap was freed.
+            unsafe { sh.free(&mut note) };
         }
         first
     }
