@@ -14,8 +14,10 @@
 //! - **immediate** synchronisation (best-fit, worst-fit): the writer syncs before
 //!   every allocation, so it fits against the true free list. Latency per rmalloc.
 //!
-//! Neither needs the reader to run anything: a writer waiting for space is never
-//! stuck behind a reader that stopped calling the library.
+//! Neither sends the writer a message or runs code of ours on the reader: a writer
+//! waiting for space is not stuck behind a reader that stopped calling the library
+//! (over node-shared heaps or an RDMA NIC; an MPI without asynchronous progress
+//! still needs the reader inside some MPI call for the get to complete).
 //!
 //! Guarantees: a bit flips at most once between two syncs, because the reader can
 //! only free a message at unit `u` after the writer allocated `u`, and the writer

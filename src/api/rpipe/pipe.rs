@@ -373,6 +373,10 @@ impl Pipe {
                 );
             }
             if !wait {
+                // A caller spinning on try_rmalloc must still serve the peer (an MPI
+                // without asynchronous progress completes RMA aimed at us only when
+                // we call it).
+                self.ctx.maybe_poll();
                 return Ok(None);
             }
             if self.ctx.progress_once()? == 0 {
@@ -563,6 +567,8 @@ impl Pipe {
                 );
             }
             if !wait {
+                // As in rmalloc: a caller spinning on try_rread still progresses.
+                self.ctx.maybe_poll();
                 return Ok(None);
             }
             // An empty poll is two loads; progress (and yield the CPU when nothing
