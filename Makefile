@@ -1,5 +1,5 @@
 # firehose -- build, test, install.
-#   make demo    4-rank job on this machine showing puts, gets and active messages
+#   make demo    4-rank jobs on this machine showing puts, gets, active messages, rpipe
 #   make test    everything CI runs (fmt, clippy, Rust tests, header drift, C tests
 #                under Open MPI at 2/4/8 ranks and MPICH at 2, Fortran, pkg-config
 #                consumer, dlopen consumer)
@@ -151,9 +151,10 @@ stress: c-tests
 test: deps lint test-rust loom tsan check-header lib test-c test-c-mpich test-fortran test-pkgconfig test-dlopen test-mismatch stress
 	@echo "make test: all suites passed"
 
-demo: lib $(BUILD)/examples/demo $(BUILD)/examples/bitonic
+demo: lib $(BUILD)/examples/demo $(BUILD)/examples/bitonic $(BUILD)/examples/rpipe
 	timeout 300 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/demo
 	FH_STATS=1 timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/bitonic
+	timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/rpipe
 
 bench: lib $(BENCHES)
 	@mkdir -p bench-results
