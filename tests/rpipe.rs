@@ -22,6 +22,13 @@ const POLICIES: [Policy; 4] = [
 ];
 const OFF_MASK: u64 = (1 << 48) - 1;
 
+/// The tests here spin threads against each other; run them one at a time (in
+/// parallel on 2 cores they starve each other and take 20× longer).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn world(n: usize) -> (Arc<SimWorld>, Vec<Context>) {
     let mut cfg = Config::defaults();
     cfg.heap_size = 4 << 20;
@@ -232,11 +239,13 @@ fn stream(n: u64, width: usize, transfer: Transfer, policy: Policy, seed: u64) {
 
 #[test]
 fn hundred_thousand_ordered_messages_with_checksums() {
+    let _s = serial();
     stream(100_000, 16 << 10, Transfer::Push, Policy::NextFit, 1);
 }
 
 #[test]
 fn every_policy_and_pull_mode_deliver_in_order() {
+    let _s = serial();
     for (i, p) in POLICIES.into_iter().enumerate() {
         for t in [Transfer::Push, Transfer::Pull] {
             stream(4000, 8 << 10, t, p, 7 + i as u64);
@@ -249,6 +258,7 @@ fn every_policy_and_pull_mode_deliver_in_order() {
 /// see frees when an allocation fails; immediate ones (best/worst) at every rmalloc.
 #[test]
 fn allocation_matches_the_reference_model_for_every_policy() {
+    let _s = serial();
     let width = 16 << 10;
     for policy in POLICIES {
         let (_w, c) = world(2);
@@ -317,6 +327,7 @@ fn allocation_matches_the_reference_model_for_every_policy() {
 
 #[test]
 fn full_heap_blocks_the_writer_and_frees_recover_it() {
+    let _s = serial();
     let (_w, c) = world(2);
     let width = 4096;
     let (wp, rp) = pair(
@@ -394,6 +405,7 @@ fn full_heap_blocks_the_writer_and_frees_recover_it() {
 
 #[test]
 fn full_duplex_both_ends_write_and_read() {
+    let _s = serial();
     let (_w, c) = world(2);
     let s = spec(Role::Both, 8 << 10, Transfer::Push, Policy::NextFit);
     let (p0, p1) = pair(&c, 0, 1, s, s);
@@ -429,6 +441,7 @@ fn full_duplex_both_ends_write_and_read() {
 /// Four nodes, a full-duplex pipe between every two, every node writing to all.
 #[test]
 fn all_to_all_pipes() {
+    let _s = serial();
     let n = 4;
     let (_w, c) = world(n);
     let k = 500u64;
@@ -489,6 +502,7 @@ fn st<T>(r: firehose::Result<T>) -> Status {
 
 #[test]
 fn bad_requests_get_clear_errors_and_the_pipe_keeps_working() {
+    let _s = serial();
     let (_w, c) = world(2);
     let width = 4096;
     // Opening: bad arguments fail on both ends (the handshake compares them).

@@ -41,7 +41,8 @@ pub struct RemoteHeap {
     policy: Policy,
     /// Free blocks: start -> length. Invariant: coalesced, disjoint from `live`.
     free: BTreeMap<usize, usize>,
-    /// The same blocks by (length, start), for best/worst fit.
+    /// The same blocks by (length, start), kept for best/worst fit only (next and
+    /// first fit never need it on the allocation path).
     by_size: BTreeSet<(usize, usize)>,
     /// Live allocations: start -> length (rounded to `align`).
     live: BTreeMap<usize, usize>,
@@ -82,7 +83,11 @@ impl RemoteHeap {
 
     /// The largest allocation that would succeed now.
     pub fn largest_free(&self) -> usize {
-        self.by_size.last().map_or(0, |&(l, _)| l)
+        if self.sized() {
+            self.by_size.last().map_or(0, |&(l, _)| l)
+        } else {
+            self.free.values().copied().max().unwrap_or(0)
+        }
     }
 
     /// External fragmentation: 1 − largest free block / free bytes (0 when the
@@ -106,16 +111,25 @@ impl RemoteHeap {
         self.live.get(&off).copied()
     }
 
+    /// Whether the by-size index is kept.
+    fn sized(&self) -> bool {
+        matches!(self.policy, Policy::BestFit | Policy::WorstFit)
+    }
+
     fn insert_free(&mut self, s: usize, l: usize) {
         debug_assert!(l > 0);
         self.free.insert(s, l);
-        self.by_size.insert((l, s));
+        if self.sized() {
+            self.by_size.insert((l, s));
+        }
         self.free_bytes += l;
     }
 
     fn remove_free(&mut self, s: usize) -> usize {
         let l = self.free.remove(&s).expect("free block");
-        self.by_size.remove(&(l, s));
+        if self.sized() {
+            self.by_size.remove(&(l, s));
+        }
         self.free_bytes -= l;
         l
     }
@@ -220,7 +234,7 @@ impl RemoteHeap {
             return Err(format!("blocks end at {at:#x}, heap size {:#x}", self.size));
         }
         let fb: usize = self.free.values().sum();
-        if fb != self.free_bytes || self.by_size.len() != self.free.len() {
+        if fb != self.free_bytes || (self.sized() && self.by_size.len() != self.free.len()) {
             return Err("free-space counters drifted".into());
         }
         Ok(())

@@ -61,7 +61,9 @@ pub const WIDTH_MAX: usize = 1 << 40;
 /// `rpipe_addr_t` = heap tag << ADDR_SHIFT | offset.
 const ADDR_SHIFT: u32 = 48;
 const STAGE: usize = 64;
-/// Empty polls of a blocking rread between two progress calls.
+/// A blocking rread spins this many empty polls before it starts to yield...
+const SPIN_POLLS: u32 = 32;
+/// ...progressing every this many of them meanwhile.
 const POLLS_PER_PROGRESS: u32 = 16;
 
 /// Bytes a message of `len` bytes takes in the heap.
@@ -571,11 +573,12 @@ impl Pipe {
                 self.ctx.maybe_poll();
                 return Ok(None);
             }
-            // An empty poll is two loads; progress (and yield the CPU when nothing
-            // happened) only every POLLS_PER_PROGRESS of them, so a message that
-            // lands while we wait is seen within a few nanoseconds.
-            polls = polls.wrapping_add(1);
-            if polls % POLLS_PER_PROGRESS != 0 {
+            // An empty poll is two loads. For the first SPIN_POLLS of them (a
+            // message that is already on its way) we only spin, progressing every
+            // POLLS_PER_PROGRESS; after that every poll progresses and yields the CPU
+            // when nothing happened, so oversubscribed ranks let the writer run.
+            polls = polls.saturating_add(1);
+            if polls < SPIN_POLLS && polls % POLLS_PER_PROGRESS != 0 {
                 std::hint::spin_loop();
             } else if self.ctx.progress_once()? == 0 {
                 self.ctx.conduit.idle();
