@@ -190,6 +190,16 @@ pub fn memlock_limit() -> Option<u64> {
 }
 
 /// An anonymous private read/write mapping, unmapped on drop.
+/// Bytes available to us in the file system at `path` (None if it cannot be read).
+pub fn tmpfs_available(path: &str) -> Option<u64> {
+    let c = std::ffi::CString::new(path).ok()?;
+    // SAFETY: statvfs writes into the zeroed struct we own; `c` is a valid C string.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        (libc::statvfs(c.as_ptr(), &mut st) == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
+    }
+}
+
 pub struct Mapping {
     addr: usize,
     len: usize,

@@ -188,6 +188,33 @@ impl SharedHeaps {
             let free_node = |mut n: ffi::MPI_Comm| {
                 ffi::MPI_Comm_free(&mut n);
             };
+            // Shared segments live in a tmpfs (/dev/shm): one that is too small gives
+            // SIGBUS on first touch, not an error, so check the room first. Every
+            // rank of the node must make the same choice (the allocation is
+            // collective), hence the reduction.
+            let mut members_n = 0;
+            ffi::MPI_Comm_size(node, &mut members_n);
+            let need = (len + page) as u64 * members_n as u64 * 2;
+            let room = os::tmpfs_available("/dev/shm").unwrap_or(u64::MAX);
+            let ok_here: c_int = (room >= need) as c_int;
+            let mut ok_all: c_int = 0;
+            let rc = ffi::MPI_Allreduce(
+                &ok_here as *const c_int as *const c_void,
+                &mut ok_all as *mut c_int as *mut c_void,
+                1,
+                ffi::RSMPI_INT32_T,
+                ffi::RSMPI_MIN,
+                node,
+            );
+            if rc != ffi::MPI_SUCCESS as c_int || ok_all == 0 {
+                free_node(node);
+                bail!(
+                    NoMemory,
+                    "/dev/shm has {} bytes free, the node's heaps need about {}",
+                    room,
+                    need
+                );
+            }
             let mut info: ffi::MPI_Info = std::mem::zeroed();
             ffi::MPI_Info_create(&mut info);
             ffi::MPI_Info_set(info, c"alloc_shared_noncontig".as_ptr(), c"true".as_ptr());
