@@ -237,8 +237,8 @@ impl SharedHeaps {
             let raw = raw as usize;
             let base = (raw + page - 1) & !(page - 1);
             // Which ranks of `comm` are on this node, and their segments here.
-            let (mut n, mut g_node, mut g_comm) = (0, std::mem::zeroed(), std::mem::zeroed());
-            ffi::MPI_Comm_size(node, &mut n);
+            let n = members_n;
+            let (mut g_node, mut g_comm) = (std::mem::zeroed(), std::mem::zeroed());
             ffi::MPI_Comm_group(node, &mut g_node);
             ffi::MPI_Comm_group(comm, &mut g_comm);
             let local: Vec<c_int> = (0..n).collect();
