@@ -629,3 +629,67 @@ fn bad_requests_get_clear_errors_and_the_pipe_keeps_working() {
     let (rs, _) = rp.stats();
     assert_eq!(rs.discarded, 1, "the message held at close is counted");
 }
+
+/// Several threads write into one pipe while two threads read from it: every message
+/// arrives exactly once and intact.
+#[test]
+fn threads_share_a_pipe() {
+    let _s = serial();
+    let (_w, c) = world(2);
+    let width = 8 << 10;
+    let (wp, rp) = pair(
+        &c,
+        0,
+        1,
+        spec(Role::Writer, width, Transfer::Push, Policy::FirstFit),
+        spec(Role::Reader, width, Transfer::Push, Policy::FirstFit),
+    );
+    let (writers, per) = (3u64, 3000u64);
+    let seen = std::sync::Mutex::new(vec![Vec::new(); writers as usize]);
+    let total = std::sync::atomic::AtomicU64::new(0);
+    within(120, "threads share a pipe", || {
+        std::thread::scope(|s| {
+            for t in 0..writers {
+                let wp = &wp;
+                s.spawn(move || {
+                    let mut r = Rng(40 + t);
+                    for k in 0..per {
+                        let len = 8 + r.below(2000);
+                        let a = wp.rmalloc(len, true).unwrap().unwrap();
+                        fill(wp.rmem(a).unwrap() as *mut u8, t << 32 | k, len);
+                        wp.rwrite(a).unwrap();
+                    }
+                });
+            }
+            for _ in 0..2 {
+                let (rp, seen, total) = (&rp, &seen, &total);
+                s.spawn(move || {
+                    while total.load(Ordering::SeqCst) < writers * per {
+                        let Some((a, len)) = rp.rread(false).unwrap() else {
+                            std::thread::yield_now();
+                            continue;
+                        };
+                        // SAFETY: a message just read, len >= 8 bytes.
+                        let b = unsafe {
+                            std::slice::from_raw_parts(rp.rmem(a).unwrap() as *const u8, len)
+                        };
+                        let tag = u64::from_le_bytes(b[..8].try_into().unwrap());
+                        check(b.as_ptr(), tag, len);
+                        seen.lock().unwrap()[(tag >> 32) as usize].push(tag & 0xffff_ffff);
+                        rp.rfree(a).unwrap();
+                        total.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        })
+    });
+    for (t, mut v) in seen.into_inner().unwrap().into_iter().enumerate() {
+        v.sort_unstable();
+        assert_eq!(
+            v,
+            (0..per).collect::<Vec<_>>(),
+            "writer {t}: lost or duplicated"
+        );
+    }
+    close_pair(&wp, &rp);
+}
