@@ -11,7 +11,10 @@
 //! W allocates in R's heap without asking R ([`RemoteHeap`], the policy chosen at
 //! open), fills the same offsets of its mirror through `rpipe_rmem`, and:
 //! - **push** (`rwrite` of seed 003): puts mirror → heap, flushes, then puts the
-//!   notice `{seq, offset, length}` into R's ring and flushes again;
+//!   notice `{seq, offset, length}` into R's ring and flushes again. A message of
+//!   at most `slots::INLINE_MAX` bytes goes into the notice slot itself, in the same
+//!   cache line as the notice (same two puts and flushes), and R copies it to its
+//!   place in the heap when it reads it;
 //! - **pull** (`rread` of seed 003, `RPIPE_PULL`): puts only the notice; R's
 //!   `rread` fetches the bytes from W's mirror into its own heap with one RDMA get.
 //!
@@ -58,6 +61,8 @@ pub const UNIT: usize = 64;
 pub const SLOTS_MAX: usize = 1024;
 /// Largest pipe width: offsets in units and lengths in bytes fit a slot payload.
 pub const WIDTH_MAX: usize = 1 << 40;
+/// Notice payload bit: the data is inline in the slot (offsets in units are < 2^34).
+const INLINE_BIT: u64 = 1 << 39;
 /// `rpipe_addr_t` = heap tag << ADDR_SHIFT | offset.
 const ADDR_SHIFT: u32 = 48;
 const STAGE: usize = 64;
@@ -510,7 +515,28 @@ impl Pipe {
         };
         let seq = tx.seq + 1;
         let c = &self.ctx.conduit;
+        let stage = tx.outbox + self.shape.stage_off();
+        let slot = slots::slot_addr(tx.peer_inbox + self.shape.ring_off(), self.shape.slots, seq);
+        let inline = self.transfer == Transfer::Push && len <= slots::INLINE_MAX;
         match self.transfer {
+            Transfer::Push if inline => {
+                if len > 0 {
+                    // SAFETY: mirror bytes of this allocation into our staging line
+                    // (64 bytes, ours; the previous put from it completed at its flush).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            (tx.outbox + off) as *const u8,
+                            stage as *mut u8,
+                            len,
+                        )
+                    };
+                    // SAFETY: the staging line's first len bytes into the slot's
+                    // inline area (the peer's ring, checked at open).
+                    unsafe { c.put(self.peer, slot, stage as *const u8, len)? };
+                    // As for any data: complete before the words leave.
+                    c.flush(self.peer)?;
+                }
+            }
             Transfer::Push if len > 0 => {
                 // SAFETY: source = our mirror at the allocation (library heap, valid
                 // for len bytes, unchanged until the flush below); target = the same
@@ -531,14 +557,14 @@ impl Pipe {
             // mirror must be globally visible before the notice is.
             Transfer::Pull => fence(Ordering::SeqCst),
         }
-        let stage = tx.outbox + self.shape.stage_off();
-        let words = slots::encode(seq, (off / UNIT) as u64, len as u64);
-        // SAFETY: the staging area is ours (16 of its 64 bytes), 64-byte aligned;
-        // the previous notice put from it completed at its flush.
-        unsafe { std::ptr::write(stage as *mut [u64; 2], words) };
-        let slot = slots::slot_addr(tx.peer_inbox + self.shape.ring_off(), self.shape.slots, seq);
-        // SAFETY: 16 bytes from our staging area to a slot of the peer's ring.
-        unsafe { c.put(self.peer, slot, stage as *const u8, slots::SLOT_BYTES)? };
+        let a = (off / UNIT) as u64 | if inline { INLINE_BIT } else { 0 };
+        let words = slots::encode(seq, a, len as u64);
+        let wstage = stage + slots::WORDS_AT;
+        // SAFETY: the last 16 bytes of our 64-byte staging line, 8-byte aligned; the
+        // previous notice put from it completed at its flush.
+        unsafe { std::ptr::write(wstage as *mut [u64; 2], words) };
+        // SAFETY: 16 bytes from our staging line to the words of the peer's slot.
+        unsafe { c.put(self.peer, slot + slots::WORDS_AT, wstage as *const u8, 16)? };
         // Complete the notice too: a reader must never wait on a put that an MPI
         // library keeps queued until our next call.
         c.flush(self.peer)?;
@@ -610,7 +636,8 @@ impl Pipe {
         };
         rx.taken = seq;
         self.rx_next.store(seq + 1, Ordering::Release);
-        let (off, len) = (units as usize * UNIT, len as usize);
+        let inline = units & INLINE_BIT != 0;
+        let (off, len) = ((units & !INLINE_BIT) as usize * UNIT, len as usize);
         let ext = extent(len);
         let fits = off.checked_add(ext).is_some_and(|e| e <= self.shape.width);
         let overlaps = rx
@@ -618,7 +645,8 @@ impl Pipe {
             .range(..off + ext)
             .next_back()
             .is_some_and(|(&s, &l)| s + extent(l) > off);
-        if !fits || overlaps {
+        let bad_inline = inline && (len > slots::INLINE_MAX || self.transfer == Transfer::Pull);
+        if !fits || overlaps || bad_inline {
             stats.refused += 1;
             bail!(
                 Transport,
@@ -628,12 +656,24 @@ impl Pipe {
                 off,
                 len,
                 self.id,
-                if fits {
+                if !fits {
+                    "lies outside the heap"
+                } else if overlaps {
                     "overlaps a message still held"
                 } else {
-                    "lies outside the heap"
+                    "claims more inline bytes than a slot holds"
                 }
             );
+        }
+        if inline && len > 0 {
+            // The slot is reused once later messages are written, while this one may
+            // be held for long: move the bytes to the message's place in our heap
+            // (the line just arrived, so this is a cache-hot copy).
+            // SAFETY: from our own slot's inline area (len <= INLINE_MAX, checked) to
+            // our heap at the message's extent (allocated to it by the writer).
+            unsafe {
+                std::ptr::copy_nonoverlapping(slot as *const u8, (rx.inbox + off) as *mut u8, len)
+            };
         }
         if self.transfer == Transfer::Pull && len > 0 {
             // SAFETY: destination = our heap at the message's extent (ours, unused

@@ -1,13 +1,18 @@
 //! Tagged slot rings: how one side tells the other something by RDMA alone.
 //!
-//! A ring is `n` slots of two little-endian `u64` words in the *consumer's* memory.
-//! The producer writes the `s`-th record (s = 1, 2, ...) into slot `(s - 1) % n` with
-//! one put; the consumer polls that slot in its own memory. Both words carry the tag
+//! A ring is `n` slots of one cache line each in the *consumer's* memory: up to
+//! [`INLINE_MAX`] bytes of inline data, then two little-endian `u64` tag words. The
+//! producer writes the `s`-th record (s = 1, 2, ...) into slot `(s - 1) % n`; the
+//! consumer polls that slot's words in its own memory. Both words carry the tag
 //! `s mod 2^24` in their top 24 bits and a 40-bit payload below it:
 //!
 //! ```text
-//!   word 0: tag(24) | a(40)        word 1: tag(24) | b(40)
+//!   bytes 0..48: inline data       word 0 (at 48): tag(24) | a(40)
+//!                                  word 1 (at 56): tag(24) | b(40)
 //! ```
+//!
+//! Inline data is written (and completed) before the words, like any message data,
+//! so it shares the words' cache line: a small message costs one line transfer.
 //!
 //! Guarantees:
 //! - **Freshness.** A slot is accepted as record `s` only when *both* words carry
@@ -32,8 +37,12 @@ pub const TAG_BITS: u32 = 24;
 pub const PAYLOAD_BITS: u32 = 40;
 /// The largest payload value a slot word carries.
 pub const PAYLOAD_MAX: u64 = (1 << PAYLOAD_BITS) - 1;
-/// Bytes per slot.
-pub const SLOT_BYTES: usize = 16;
+/// Bytes per slot (one cache line).
+pub const SLOT_BYTES: usize = 64;
+/// Inline data a slot carries before its words.
+pub const INLINE_MAX: usize = 48;
+/// Offset of the two words in a slot.
+pub const WORDS_AT: usize = INLINE_MAX;
 
 #[inline]
 fn tag(seq: u64) -> u64 {
@@ -67,13 +76,14 @@ pub fn slot_addr(base: usize, n: usize, seq: u64) -> usize {
     base + ((seq - 1) % n as u64) as usize * SLOT_BYTES
 }
 
-/// Read the slot at `addr` (our own memory, written by the peer's puts).
+/// Read the words of the slot at `addr` (our own memory, written by the peer's puts).
 ///
 /// # Safety
-/// `addr` must be 8-byte aligned and valid for reads of [`SLOT_BYTES`] for the
+/// `addr` must be 64-byte aligned and valid for reads of [`SLOT_BYTES`] for the
 /// life of the ring.
 #[inline]
 pub unsafe fn load(addr: usize) -> [u64; 2] {
+    let addr = addr + WORDS_AT;
     // SAFETY: the caller guarantees alignment and validity; the words are only
     // written by the conduit (another process or thread) and read here with atomic
     // loads, so no torn read of a single word. Acquire: data the producer completed
@@ -107,7 +117,7 @@ mod tests {
     #[test]
     fn slots_wrap() {
         assert_eq!(slot_addr(1000, 4, 1), 1000);
-        assert_eq!(slot_addr(1000, 4, 4), 1000 + 48);
+        assert_eq!(slot_addr(1000, 4, 4), 1000 + 3 * SLOT_BYTES);
         assert_eq!(slot_addr(1000, 4, 5), 1000);
     }
 }
