@@ -518,8 +518,8 @@ impl Pipe {
         let stage = tx.outbox + self.shape.stage_off();
         let slot = slots::slot_addr(tx.peer_inbox + self.shape.ring_off(), self.shape.slots, seq);
         let inline = self.transfer == Transfer::Push && len <= slots::INLINE_MAX;
-        match self.transfer {
-            Transfer::Push if inline => {
+        match (self.transfer, inline) {
+            (Transfer::Push, true) => {
                 if len > 0 {
                     // SAFETY: mirror bytes of this allocation into our staging line
                     // (64 bytes, ours; the previous put from it completed at its flush).
@@ -537,7 +537,7 @@ impl Pipe {
                     c.flush(self.peer)?;
                 }
             }
-            Transfer::Push if len > 0 => {
+            (Transfer::Push, false) => {
                 // SAFETY: source = our mirror at the allocation (library heap, valid
                 // for len bytes, unchanged until the flush below); target = the same
                 // offset of the peer's heap, inside its inbox (checked at open).
@@ -552,10 +552,9 @@ impl Pipe {
                 // The data must be complete at the target before the notice leaves.
                 c.flush(self.peer)?;
             }
-            Transfer::Push => {}
             // The reader gets the bytes after it sees the notice: our stores to the
             // mirror must be globally visible before the notice is.
-            Transfer::Pull => fence(Ordering::SeqCst),
+            (Transfer::Pull, _) => fence(Ordering::SeqCst),
         }
         let a = (off / UNIT) as u64 | if inline { INLINE_BIT } else { 0 };
         let words = slots::encode(seq, a, len as u64);
