@@ -57,6 +57,7 @@ lib: deps
 	@ln -sf libfirehose.so $(LIBDIR)/libfirehose.so.$(MAJOR)
 
 header:
+	python3 scripts/gen_ffi_atomics.py
 	$(CARGO_ENV) cargo run -q --release --example gen_header -- include/firehose.h
 
 check-header:
@@ -65,6 +66,8 @@ check-header:
 	@diff -u include/firehose.h $(BUILD)/firehose.h.new || \
 	  (echo "include/firehose.h is out of date: run 'make header' and commit it" >&2; exit 1)
 	@echo "header: include/firehose.h matches the code"
+	@python3 scripts/gen_ffi_atomics.py $(BUILD)/atomic.rs.new && diff -u src/ffi/atomic.rs $(BUILD)/atomic.rs.new || \
+	  (echo "src/ffi/atomic.rs is out of date: run 'python3 scripts/gen_ffi_atomics.py' and commit it" >&2; exit 1)
 	@scripts/check-fortran.sh
 
 # Fortran module (firehose.mod) and its object.

@@ -50,6 +50,57 @@
 
 
 /**
+ * Locks one context can hold at once (one 64-byte line per lock on every rank).
+ */
+#define MAX_LOCKS 128
+
+/**
+ * Fan-in of the gather-and-broadcast barrier tree.
+ */
+#define TREE_DEGREE 4
+
+/**
+ * Chunk slots per (writer, reader) pair.
+ */
+#define SLOTS 4
+
+/**
+ * `flags` bit: this rank takes part without an id.
+ */
+#define ANONYMOUS 1
+
+#define INT32 0
+
+#define INT64 1
+
+#define UINT32 2
+
+#define UINT64 3
+
+#define FLOAT 4
+
+#define DOUBLE 5
+
+#define SUM 0
+
+#define PROD 1
+
+#define MIN 2
+
+#define MAX 3
+
+#define BAND 4
+
+#define BOR 5
+
+#define BXOR 6
+
+/**
+ * Largest collective payload accepted (bytes).
+ */
+#define MAX_BYTES (1 << 40)
+
+/**
  * Handler indices the application may register (128..255); 0..127 are the library's.
  */
 #define FH_AM_INDEX_USER_MIN 128
@@ -184,6 +235,8 @@
 
 #define FH_ERR_INTERNAL -13
 
+
+
 /**
  * Opaque token passed to an AM handler: names the message's source and is the
  * only way to reply. Valid only during that handler call.
@@ -197,6 +250,12 @@ typedef struct fh_token_t fh_token_t;
  * mark so later calls return `FH_ERR_STATE` instead of touching freed memory.
  */
 typedef struct fh_ctx_t fh_ctx_t;
+
+/**
+ * Opaque distributed lock (`fh_lock_t *`). After `fh_lock_destroy` its few bytes are
+ * kept with a "destroyed" mark, so a stale handle gets FH_ERR_STATE.
+ */
+typedef struct fh_lock_t fh_lock_t;
 
 /**
  * Opaque pin (`fh_pin_t *`): a range kept pinned (locally, or remotely through this
@@ -220,6 +279,12 @@ typedef void (*fh_am_handler_t)(struct fh_token_t *token,
                                 const uint64_t *args,
                                 size_t nargs,
                                 void *user);
+
+/**
+ * An explicit handle for a non-blocking operation; 0 (FH_HANDLE_NULL) means
+ * "already complete".
+ */
+typedef uint64_t fh_handle_t;
 
 /**
  * Completion callback of a non-blocking fh_remote_pin: `pin` is the new pin (the
@@ -406,12 +471,6 @@ typedef struct fh_config_t {
 } fh_config_t;
 
 /**
- * An explicit handle for a non-blocking operation; 0 (FH_HANDLE_NULL) means
- * "already complete".
- */
-typedef uint64_t fh_handle_t;
-
-/**
  * Offset of a message in a pipe's heap, tagged with the heap it belongs to (never 0).
  */
 typedef uint64_t rpipe_addr_t;
@@ -458,9 +517,45 @@ typedef struct rpipe_stats_t {
   double heap_fragmentation;
 } rpipe_stats_t;
 
+/**
+ * Element type of a reduction (an int; the FH_INT32 ... FH_DOUBLE values).
+ */
+typedef int fh_dtype_t;
+
+/**
+ * Reduction operation (an int; FH_SUM ... FH_BXOR; bitwise ones on integers only).
+ */
+typedef int fh_op_t;
+
 
 
 #define FH_HANDLE_NULL 0
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
 
 
 
@@ -587,6 +682,796 @@ size_t fh_am_max_medium(const struct fh_ctx_t *ctx);
  * below it, one thread at a time per the MPI thread level). Also from AM handlers.
  */
 size_t fh_am_max_long(const struct fh_ctx_t *ctx);
+
+/**
+ * Remote atomics (seed 004 Table 5.1), for T in u32, u64, i32, i64. Every operation
+ * on a word is atomic with every other operation on that word from any rank,
+ * whatever the operations (fetch&add racing swap racing compare&swap): one-node jobs
+ * use CPU atomics on the node-shared library heaps; otherwise every operation is an
+ * MPI compare-and-swap (MPI only promises atomicity between the *same* operation).
+ * `raddr` must be aligned to the word size (else FH_ERR_INVALID_ARG) and lie in
+ * fh_malloc memory of `rank`, in a region `rank` registered, or (other ranks only) in
+ * any memory of `rank`, which firehose pins on demand. Rule for the owner: while
+ * other ranks may operate on a word, access it only through these calls with your own
+ * rank (plain loads/stores only after a barrier separates them). The target's CPU
+ * does no work for heap words; the `_nb` forms write `*h_out` (FH_HANDLE_NULL when
+ * the operation already completed, as it always does today) and the results are
+ * valid after fh_wait on it.
+ *
+ * Atomically add `value` to the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_add_u32(struct fh_ctx_t *ctx,
+                            int rank,
+                            uint32_t *raddr,
+                            uint32_t value,
+                            uint32_t *old_out);
+
+/**
+ * Atomically add `value` to the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_add_u32_nb(struct fh_ctx_t *ctx,
+                               int rank,
+                               uint32_t *raddr,
+                               uint32_t value,
+                               uint32_t *old_out,
+                               fh_handle_t *h_out);
+
+/**
+ * Atomically add `value` to the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_add_u64(struct fh_ctx_t *ctx,
+                            int rank,
+                            uint64_t *raddr,
+                            uint64_t value,
+                            uint64_t *old_out);
+
+/**
+ * Atomically add `value` to the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_add_u64_nb(struct fh_ctx_t *ctx,
+                               int rank,
+                               uint64_t *raddr,
+                               uint64_t value,
+                               uint64_t *old_out,
+                               fh_handle_t *h_out);
+
+/**
+ * Atomically add `value` to the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_add_i32(struct fh_ctx_t *ctx,
+                            int rank,
+                            int32_t *raddr,
+                            int32_t value,
+                            int32_t *old_out);
+
+/**
+ * Atomically add `value` to the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_add_i32_nb(struct fh_ctx_t *ctx,
+                               int rank,
+                               int32_t *raddr,
+                               int32_t value,
+                               int32_t *old_out,
+                               fh_handle_t *h_out);
+
+/**
+ * Atomically add `value` to the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_add_i64(struct fh_ctx_t *ctx,
+                            int rank,
+                            int64_t *raddr,
+                            int64_t value,
+                            int64_t *old_out);
+
+/**
+ * Atomically add `value` to the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_add_i64_nb(struct fh_ctx_t *ctx,
+                               int rank,
+                               int64_t *raddr,
+                               int64_t value,
+                               int64_t *old_out,
+                               fh_handle_t *h_out);
+
+/**
+ * Atomically add `value` to the word at `raddr` on `rank` (no result).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_add_u32(struct fh_ctx_t *ctx,
+                      int rank,
+                      uint32_t *raddr,
+                      uint32_t value);
+
+/**
+ * Atomically add `value` to the word at `raddr` on `rank` (no result).
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_add_u32_nb(struct fh_ctx_t *ctx,
+                         int rank,
+                         uint32_t *raddr,
+                         uint32_t value,
+                         fh_handle_t *h_out);
+
+/**
+ * Atomically add `value` to the word at `raddr` on `rank` (no result).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_add_u64(struct fh_ctx_t *ctx,
+                      int rank,
+                      uint64_t *raddr,
+                      uint64_t value);
+
+/**
+ * Atomically add `value` to the word at `raddr` on `rank` (no result).
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_add_u64_nb(struct fh_ctx_t *ctx,
+                         int rank,
+                         uint64_t *raddr,
+                         uint64_t value,
+                         fh_handle_t *h_out);
+
+/**
+ * Atomically add `value` to the word at `raddr` on `rank` (no result).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_add_i32(struct fh_ctx_t *ctx,
+                      int rank,
+                      int32_t *raddr,
+                      int32_t value);
+
+/**
+ * Atomically add `value` to the word at `raddr` on `rank` (no result).
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_add_i32_nb(struct fh_ctx_t *ctx,
+                         int rank,
+                         int32_t *raddr,
+                         int32_t value,
+                         fh_handle_t *h_out);
+
+/**
+ * Atomically add `value` to the word at `raddr` on `rank` (no result).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_add_i64(struct fh_ctx_t *ctx,
+                      int rank,
+                      int64_t *raddr,
+                      int64_t value);
+
+/**
+ * Atomically add `value` to the word at `raddr` on `rank` (no result).
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_add_i64_nb(struct fh_ctx_t *ctx,
+                         int rank,
+                         int64_t *raddr,
+                         int64_t value,
+                         fh_handle_t *h_out);
+
+/**
+ * Fetch&write: store `value` at `raddr` on `rank`; `*old_out` gets the value before.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_swap_u32(struct fh_ctx_t *ctx,
+                       int rank,
+                       uint32_t *raddr,
+                       uint32_t value,
+                       uint32_t *old_out);
+
+/**
+ * Fetch&write: store `value` at `raddr` on `rank`; `*old_out` gets the value before.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_swap_u32_nb(struct fh_ctx_t *ctx,
+                          int rank,
+                          uint32_t *raddr,
+                          uint32_t value,
+                          uint32_t *old_out,
+                          fh_handle_t *h_out);
+
+/**
+ * Fetch&write: store `value` at `raddr` on `rank`; `*old_out` gets the value before.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_swap_u64(struct fh_ctx_t *ctx,
+                       int rank,
+                       uint64_t *raddr,
+                       uint64_t value,
+                       uint64_t *old_out);
+
+/**
+ * Fetch&write: store `value` at `raddr` on `rank`; `*old_out` gets the value before.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_swap_u64_nb(struct fh_ctx_t *ctx,
+                          int rank,
+                          uint64_t *raddr,
+                          uint64_t value,
+                          uint64_t *old_out,
+                          fh_handle_t *h_out);
+
+/**
+ * Fetch&write: store `value` at `raddr` on `rank`; `*old_out` gets the value before.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_swap_i32(struct fh_ctx_t *ctx,
+                       int rank,
+                       int32_t *raddr,
+                       int32_t value,
+                       int32_t *old_out);
+
+/**
+ * Fetch&write: store `value` at `raddr` on `rank`; `*old_out` gets the value before.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_swap_i32_nb(struct fh_ctx_t *ctx,
+                          int rank,
+                          int32_t *raddr,
+                          int32_t value,
+                          int32_t *old_out,
+                          fh_handle_t *h_out);
+
+/**
+ * Fetch&write: store `value` at `raddr` on `rank`; `*old_out` gets the value before.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_swap_i64(struct fh_ctx_t *ctx,
+                       int rank,
+                       int64_t *raddr,
+                       int64_t value,
+                       int64_t *old_out);
+
+/**
+ * Fetch&write: store `value` at `raddr` on `rank`; `*old_out` gets the value before.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_swap_i64_nb(struct fh_ctx_t *ctx,
+                          int rank,
+                          int64_t *raddr,
+                          int64_t value,
+                          int64_t *old_out,
+                          fh_handle_t *h_out);
+
+/**
+ * Compare&swap: if the word at `raddr` on `rank` equals `expected`, store `desired`. `*old_out` gets the value before (equal to `expected` exactly when the swap happened).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_cas_u32(struct fh_ctx_t *ctx,
+                      int rank,
+                      uint32_t *raddr,
+                      uint32_t expected,
+                      uint32_t desired,
+                      uint32_t *old_out);
+
+/**
+ * Compare&swap: if the word at `raddr` on `rank` equals `expected`, store `desired`. `*old_out` gets the value before (equal to `expected` exactly when the swap happened).
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_cas_u32_nb(struct fh_ctx_t *ctx,
+                         int rank,
+                         uint32_t *raddr,
+                         uint32_t expected,
+                         uint32_t desired,
+                         uint32_t *old_out,
+                         fh_handle_t *h_out);
+
+/**
+ * Compare&swap: if the word at `raddr` on `rank` equals `expected`, store `desired`. `*old_out` gets the value before (equal to `expected` exactly when the swap happened).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_cas_u64(struct fh_ctx_t *ctx,
+                      int rank,
+                      uint64_t *raddr,
+                      uint64_t expected,
+                      uint64_t desired,
+                      uint64_t *old_out);
+
+/**
+ * Compare&swap: if the word at `raddr` on `rank` equals `expected`, store `desired`. `*old_out` gets the value before (equal to `expected` exactly when the swap happened).
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_cas_u64_nb(struct fh_ctx_t *ctx,
+                         int rank,
+                         uint64_t *raddr,
+                         uint64_t expected,
+                         uint64_t desired,
+                         uint64_t *old_out,
+                         fh_handle_t *h_out);
+
+/**
+ * Compare&swap: if the word at `raddr` on `rank` equals `expected`, store `desired`. `*old_out` gets the value before (equal to `expected` exactly when the swap happened).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_cas_i32(struct fh_ctx_t *ctx,
+                      int rank,
+                      int32_t *raddr,
+                      int32_t expected,
+                      int32_t desired,
+                      int32_t *old_out);
+
+/**
+ * Compare&swap: if the word at `raddr` on `rank` equals `expected`, store `desired`. `*old_out` gets the value before (equal to `expected` exactly when the swap happened).
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_cas_i32_nb(struct fh_ctx_t *ctx,
+                         int rank,
+                         int32_t *raddr,
+                         int32_t expected,
+                         int32_t desired,
+                         int32_t *old_out,
+                         fh_handle_t *h_out);
+
+/**
+ * Compare&swap: if the word at `raddr` on `rank` equals `expected`, store `desired`. `*old_out` gets the value before (equal to `expected` exactly when the swap happened).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_cas_i64(struct fh_ctx_t *ctx,
+                      int rank,
+                      int64_t *raddr,
+                      int64_t expected,
+                      int64_t desired,
+                      int64_t *old_out);
+
+/**
+ * Compare&swap: if the word at `raddr` on `rank` equals `expected`, store `desired`. `*old_out` gets the value before (equal to `expected` exactly when the swap happened).
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_cas_i64_nb(struct fh_ctx_t *ctx,
+                         int rank,
+                         int64_t *raddr,
+                         int64_t expected,
+                         int64_t desired,
+                         int64_t *old_out,
+                         fh_handle_t *h_out);
+
+/**
+ * Atomically read the word at `raddr` on `rank` into `*value_out`.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_u32(struct fh_ctx_t *ctx,
+                        int rank,
+                        const uint32_t *raddr,
+                        uint32_t *value_out);
+
+/**
+ * Atomically read the word at `raddr` on `rank` into `*value_out`.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_u32_nb(struct fh_ctx_t *ctx,
+                           int rank,
+                           const uint32_t *raddr,
+                           uint32_t *value_out,
+                           fh_handle_t *h_out);
+
+/**
+ * Atomically read the word at `raddr` on `rank` into `*value_out`.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_u64(struct fh_ctx_t *ctx,
+                        int rank,
+                        const uint64_t *raddr,
+                        uint64_t *value_out);
+
+/**
+ * Atomically read the word at `raddr` on `rank` into `*value_out`.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_u64_nb(struct fh_ctx_t *ctx,
+                           int rank,
+                           const uint64_t *raddr,
+                           uint64_t *value_out,
+                           fh_handle_t *h_out);
+
+/**
+ * Atomically read the word at `raddr` on `rank` into `*value_out`.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_i32(struct fh_ctx_t *ctx,
+                        int rank,
+                        const int32_t *raddr,
+                        int32_t *value_out);
+
+/**
+ * Atomically read the word at `raddr` on `rank` into `*value_out`.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_i32_nb(struct fh_ctx_t *ctx,
+                           int rank,
+                           const int32_t *raddr,
+                           int32_t *value_out,
+                           fh_handle_t *h_out);
+
+/**
+ * Atomically read the word at `raddr` on `rank` into `*value_out`.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_i64(struct fh_ctx_t *ctx,
+                        int rank,
+                        const int64_t *raddr,
+                        int64_t *value_out);
+
+/**
+ * Atomically read the word at `raddr` on `rank` into `*value_out`.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_i64_nb(struct fh_ctx_t *ctx,
+                           int rank,
+                           const int64_t *raddr,
+                           int64_t *value_out,
+                           fh_handle_t *h_out);
+
+/**
+ * Atomically store `value` at `raddr` on `rank`.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_set_u32(struct fh_ctx_t *ctx,
+                      int rank,
+                      uint32_t *raddr,
+                      uint32_t value);
+
+/**
+ * Atomically store `value` at `raddr` on `rank`.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_set_u32_nb(struct fh_ctx_t *ctx,
+                         int rank,
+                         uint32_t *raddr,
+                         uint32_t value,
+                         fh_handle_t *h_out);
+
+/**
+ * Atomically store `value` at `raddr` on `rank`.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_set_u64(struct fh_ctx_t *ctx,
+                      int rank,
+                      uint64_t *raddr,
+                      uint64_t value);
+
+/**
+ * Atomically store `value` at `raddr` on `rank`.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_set_u64_nb(struct fh_ctx_t *ctx,
+                         int rank,
+                         uint64_t *raddr,
+                         uint64_t value,
+                         fh_handle_t *h_out);
+
+/**
+ * Atomically store `value` at `raddr` on `rank`.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_set_i32(struct fh_ctx_t *ctx,
+                      int rank,
+                      int32_t *raddr,
+                      int32_t value);
+
+/**
+ * Atomically store `value` at `raddr` on `rank`.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_set_i32_nb(struct fh_ctx_t *ctx,
+                         int rank,
+                         int32_t *raddr,
+                         int32_t value,
+                         fh_handle_t *h_out);
+
+/**
+ * Atomically store `value` at `raddr` on `rank`.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_set_i64(struct fh_ctx_t *ctx,
+                      int rank,
+                      int64_t *raddr,
+                      int64_t value);
+
+/**
+ * Atomically store `value` at `raddr` on `rank`.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_set_i64_nb(struct fh_ctx_t *ctx,
+                         int rank,
+                         int64_t *raddr,
+                         int64_t value,
+                         fh_handle_t *h_out);
+
+/**
+ * Atomically AND `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_and_u32(struct fh_ctx_t *ctx,
+                            int rank,
+                            uint32_t *raddr,
+                            uint32_t value,
+                            uint32_t *old_out);
+
+/**
+ * Atomically AND `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_and_u32_nb(struct fh_ctx_t *ctx,
+                               int rank,
+                               uint32_t *raddr,
+                               uint32_t value,
+                               uint32_t *old_out,
+                               fh_handle_t *h_out);
+
+/**
+ * Atomically AND `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_and_u64(struct fh_ctx_t *ctx,
+                            int rank,
+                            uint64_t *raddr,
+                            uint64_t value,
+                            uint64_t *old_out);
+
+/**
+ * Atomically AND `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_and_u64_nb(struct fh_ctx_t *ctx,
+                               int rank,
+                               uint64_t *raddr,
+                               uint64_t value,
+                               uint64_t *old_out,
+                               fh_handle_t *h_out);
+
+/**
+ * Atomically AND `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_and_i32(struct fh_ctx_t *ctx,
+                            int rank,
+                            int32_t *raddr,
+                            int32_t value,
+                            int32_t *old_out);
+
+/**
+ * Atomically AND `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_and_i32_nb(struct fh_ctx_t *ctx,
+                               int rank,
+                               int32_t *raddr,
+                               int32_t value,
+                               int32_t *old_out,
+                               fh_handle_t *h_out);
+
+/**
+ * Atomically AND `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_and_i64(struct fh_ctx_t *ctx,
+                            int rank,
+                            int64_t *raddr,
+                            int64_t value,
+                            int64_t *old_out);
+
+/**
+ * Atomically AND `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_and_i64_nb(struct fh_ctx_t *ctx,
+                               int rank,
+                               int64_t *raddr,
+                               int64_t value,
+                               int64_t *old_out,
+                               fh_handle_t *h_out);
+
+/**
+ * Atomically OR `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_or_u32(struct fh_ctx_t *ctx,
+                           int rank,
+                           uint32_t *raddr,
+                           uint32_t value,
+                           uint32_t *old_out);
+
+/**
+ * Atomically OR `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_or_u32_nb(struct fh_ctx_t *ctx,
+                              int rank,
+                              uint32_t *raddr,
+                              uint32_t value,
+                              uint32_t *old_out,
+                              fh_handle_t *h_out);
+
+/**
+ * Atomically OR `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_or_u64(struct fh_ctx_t *ctx,
+                           int rank,
+                           uint64_t *raddr,
+                           uint64_t value,
+                           uint64_t *old_out);
+
+/**
+ * Atomically OR `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_or_u64_nb(struct fh_ctx_t *ctx,
+                              int rank,
+                              uint64_t *raddr,
+                              uint64_t value,
+                              uint64_t *old_out,
+                              fh_handle_t *h_out);
+
+/**
+ * Atomically OR `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_or_i32(struct fh_ctx_t *ctx,
+                           int rank,
+                           int32_t *raddr,
+                           int32_t value,
+                           int32_t *old_out);
+
+/**
+ * Atomically OR `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_or_i32_nb(struct fh_ctx_t *ctx,
+                              int rank,
+                              int32_t *raddr,
+                              int32_t value,
+                              int32_t *old_out,
+                              fh_handle_t *h_out);
+
+/**
+ * Atomically OR `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_or_i64(struct fh_ctx_t *ctx,
+                           int rank,
+                           int64_t *raddr,
+                           int64_t value,
+                           int64_t *old_out);
+
+/**
+ * Atomically OR `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_or_i64_nb(struct fh_ctx_t *ctx,
+                              int rank,
+                              int64_t *raddr,
+                              int64_t value,
+                              int64_t *old_out,
+                              fh_handle_t *h_out);
+
+/**
+ * Atomically XOR `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_xor_u32(struct fh_ctx_t *ctx,
+                            int rank,
+                            uint32_t *raddr,
+                            uint32_t value,
+                            uint32_t *old_out);
+
+/**
+ * Atomically XOR `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_xor_u32_nb(struct fh_ctx_t *ctx,
+                               int rank,
+                               uint32_t *raddr,
+                               uint32_t value,
+                               uint32_t *old_out,
+                               fh_handle_t *h_out);
+
+/**
+ * Atomically XOR `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_xor_u64(struct fh_ctx_t *ctx,
+                            int rank,
+                            uint64_t *raddr,
+                            uint64_t value,
+                            uint64_t *old_out);
+
+/**
+ * Atomically XOR `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_xor_u64_nb(struct fh_ctx_t *ctx,
+                               int rank,
+                               uint64_t *raddr,
+                               uint64_t value,
+                               uint64_t *old_out,
+                               fh_handle_t *h_out);
+
+/**
+ * Atomically XOR `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_xor_i32(struct fh_ctx_t *ctx,
+                            int rank,
+                            int32_t *raddr,
+                            int32_t value,
+                            int32_t *old_out);
+
+/**
+ * Atomically XOR `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_xor_i32_nb(struct fh_ctx_t *ctx,
+                               int rank,
+                               int32_t *raddr,
+                               int32_t value,
+                               int32_t *old_out,
+                               fh_handle_t *h_out);
+
+/**
+ * Atomically XOR `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_xor_i64(struct fh_ctx_t *ctx,
+                            int rank,
+                            int64_t *raddr,
+                            int64_t value,
+                            int64_t *old_out);
+
+/**
+ * Atomically XOR `value` into the word at `raddr` on `rank`; `*old_out` gets the value before.
+ * Non-blocking form: results are valid once `*h_out` is synced (fh_wait).
+ * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
+ */
+int fh_atomic_fetch_xor_i64_nb(struct fh_ctx_t *ctx,
+                               int rank,
+                               int64_t *raddr,
+                               int64_t value,
+                               int64_t *old_out,
+                               fh_handle_t *h_out);
 
 /**
  * Pin local `[addr, addr+len)` (for conduits that need the local side of a transfer
@@ -770,17 +1655,6 @@ int fh_size(const struct fh_ctx_t *ctx);
  * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 int fh_poll(struct fh_ctx_t *ctx);
-
-/**
- * Collective: return when every rank of the context has entered, serving active
- * messages while waiting. Use it instead of MPI_Barrier whenever other ranks may
- * need this one to make progress (their first access to memory registered here, or
- * AMs they wait for): MPI_Barrier does not run firehose handlers. One barrier at a
- * time per context.
- * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
- * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
- */
-int fh_barrier(struct fh_ctx_t *ctx);
 
 /**
  * Print every setting, its value and where it came from (default, fh_config_t,
@@ -1089,6 +1963,130 @@ unsigned int fh_version(void);
  * Threads: any thread, at any time, no context needed.
  */
 int fh_version_check(unsigned int major, unsigned int minor, size_t config_size);
+
+/**
+ * Collective over `ctx`: create a distributed MCS queue lock (seed 004 §5.3) whose
+ * tail word lives at `home_rank` (every rank must pass the same home and create
+ * locks in the same order; a disagreement is FH_ERR_INVALID_ARG on every rank). At
+ * most 128 locks per context at once (FH_ERR_NO_RESOURCE beyond).
+ * Acquiring costs one fetch&write at the home plus, when queued, one remote write to
+ * the predecessor; a waiter then polls a word in its *own* memory, and the releaser
+ * writes it: the home's CPU does no work. Grants are FIFO.
+ * Threads: any thread; collective, so one thread per rank. Not from AM handlers.
+ */
+int fh_lock_create(struct fh_ctx_t *ctx, int home_rank, struct fh_lock_t **lock_out);
+
+/**
+ * Block until this rank holds the lock (progressing the library meanwhile).
+ * One thread of a rank holds the lock at a time; other threads of the same rank
+ * wait for it before joining the queue.
+ * Threads: any thread, concurrently with other calls. Not from AM handlers (blocks).
+ */
+int fh_lock_acquire(struct fh_lock_t *lock);
+
+/**
+ * Take the lock if it is free right now (one compare&swap at the home): FH_OK, or
+ * FH_NOT_READY if it is held or queued for.
+ * Threads: any thread, concurrently with other calls. Not from AM handlers.
+ */
+int fh_lock_try(struct fh_lock_t *lock);
+
+/**
+ * Release the lock this rank holds (FH_ERR_STATE if it does not); hands it to the
+ * next waiter in FIFO order.
+ * Threads: the rank's holding thread or another thread of the same rank. Not from AM handlers.
+ */
+int fh_lock_release(struct fh_lock_t *lock);
+
+/**
+ * Collective: destroy the lock. FH_ERR_STATE if this rank holds it (the handle stays
+ * valid then); at the home, FH_ERR_STATE also if some rank still held or wanted it
+ * (the handle is destroyed anyway).
+ * Threads: one thread per rank; not concurrently with other calls on this lock. Not from AM handlers.
+ */
+int fh_lock_destroy(struct fh_lock_t *lock);
+
+/**
+ * Collective: return when every rank of the context has entered, serving active
+ * messages while waiting. Use it instead of MPI_Barrier whenever other ranks may
+ * need this one to make progress (their first access to memory registered here, or
+ * AMs they wait for): MPI_Barrier does not run firehose handlers.
+ * Algorithm: FH_BARRIER (dissemination by default, tree or mpi); same as
+ * fh_barrier_notify + fh_barrier_wait with FH_BARRIER_ANONYMOUS.
+ * Threads: one thread per rank at a time. Not from AM handlers (blocks).
+ */
+int fh_barrier(struct fh_ctx_t *ctx);
+
+/**
+ * Split-phase barrier, first half: announce arrival with `id` (or with `flags` =
+ * FH_BARRIER_ANONYMOUS, matching any id) and return at once. Do other work, then
+ * fh_barrier_wait or fh_barrier_try with the same id and flags. Flags are one-sided
+ * writes into the peers' memory; the library (or its progress thread,
+ * FH_PROGRESS=thread) forwards them, so a rank computing between notify and wait
+ * delays the others only until it arrived.
+ * FH_ERR_STATE if the previous barrier was not waited for.
+ * Threads: one thread per rank at a time. Not from AM handlers.
+ */
+int fh_barrier_notify(struct fh_ctx_t *ctx, int64_t id, int flags);
+
+/**
+ * Split-phase barrier, second half: block until every rank notified. Returns
+ * FH_ERR_BARRIER_MISMATCH on *every* rank if two ranks notified different ids (the
+ * barrier still synchronised; the next one works), or on this rank if `id`/`flags`
+ * differ from its notify's.
+ * Threads: one thread per rank at a time. Not from AM handlers (blocks).
+ */
+int fh_barrier_wait(struct fh_ctx_t *ctx, int64_t id, int flags);
+
+/**
+ * Split-phase barrier, non-blocking second half: FH_OK (complete, as fh_barrier_wait
+ * would return), FH_NOT_READY (call again), or an error as for fh_barrier_wait.
+ * Threads: one thread per rank at a time. Not from AM handlers.
+ */
+int fh_barrier_try(struct fh_ctx_t *ctx, int64_t id, int flags);
+
+/**
+ * Collective: copy `nbytes` of `buf` at `root` into `buf` on every rank (0 to any
+ * size; large messages are pipelined in chunks down seed 004's postal-model optimal
+ * tree, FH_BCAST_LAMBDA). All ranks pass the same root and nbytes, and call the
+ * collectives of a context in the same order.
+ * Threads: one thread per context at a time (FH_ERR_STATE otherwise). Not from AM handlers.
+ */
+int fh_broadcast(struct fh_ctx_t *ctx, int root, void *buf, size_t nbytes);
+
+/**
+ * Collective: combine `count` elements of `src` from every rank with `op` into `dst`
+ * at `root` (`dst` is not touched elsewhere and may be NULL there). Floating-point
+ * results are combined in rank order ((r0 op r1) op (r2 op r3) ...), so they depend
+ * only on the number of ranks, never on the root or on timing.
+ * Threads: one thread per context at a time. Not from AM handlers.
+ */
+int fh_reduce(struct fh_ctx_t *ctx,
+              int root,
+              const void *src,
+              void *dst,
+              size_t count,
+              fh_dtype_t dt,
+              fh_op_t op);
+
+/**
+ * Collective: as fh_reduce, with the result in `dst` on every rank (reduce to rank 0,
+ * then broadcast), bit-identical on all ranks.
+ * Threads: one thread per context at a time. Not from AM handlers.
+ */
+int fh_allreduce(struct fh_ctx_t *ctx,
+                 const void *src,
+                 void *dst,
+                 size_t count,
+                 fh_dtype_t dt,
+                 fh_op_t op);
+
+/**
+ * Collective: every rank contributes `nbytes` from `src`; rank i's bytes land at
+ * `dst + i * nbytes` on every rank (`dst` holds nbytes * size bytes).
+ * Threads: one thread per context at a time. Not from AM handlers.
+ */
+int fh_allgather(struct fh_ctx_t *ctx, const void *src, size_t nbytes, void *dst);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -76,6 +76,8 @@ pub struct CtxInner {
     pub fh: FhState,
     /// rpipe handshakes and open pipes (`api::rpipe`).
     pub rpipe: super::rpipe::RpipeState,
+    /// Atomics' helpers, locks, barriers, collectives (`api::sync`).
+    pub sync: super::sync::SyncState,
     /// Outstanding invalidations: id -> acks still missing.
     pub(crate) invals: Mutex<HashMap<u64, usize>>,
     pub(crate) next_id: AtomicU64,
@@ -339,15 +341,24 @@ impl CtxInner {
         );
         let mut info = info;
         info.push(params.describe());
+        let remote_heaps: Vec<(usize, usize)> = (0..size).map(|r| conduit.remote_heap(r)).collect();
+        let (sync, reserved) = super::sync::SyncState::new(&remote_heaps, cfg.barrier);
+        if reserved == 0 {
+            info.push(
+                "sync area: none (heap too small): locks, barriers and collectives are unavailable"
+                    .into(),
+            );
+        }
         Arc::new(CtxInner {
             rank,
             size,
             concurrent,
             am: AmState::new(size, cfg.credits_for(size)),
             rma: RmaState::new(size),
-            heap: Heap::new(hb, hl),
+            heap: Heap::new(hb + reserved, hl - reserved),
             local_regs: LocalRegions::new(size),
-            remote_heaps: (0..size).map(|r| conduit.remote_heap(r)).collect(),
+            remote_heaps,
+            sync,
             remote: RemoteCache::new(size),
             stats: Stats::default(),
             fh: FhState::new(params, size, caps.local_registration),
@@ -412,6 +423,7 @@ impl CtxInner {
             .conduit
             .am_poll(&mut |src, bytes, long| self.dispatch(src, bytes, long))?;
         self.fh_progress_pins();
+        self.sync_progress();
         Ok(n)
     }
 
@@ -497,15 +509,6 @@ impl CtxInner {
                 self.conduit.idle();
             }
         }
-    }
-
-    /// `fh_barrier`: wait for every rank, serving AMs meanwhile (so a rank that needs
-    /// this one to answer an access query or run a handler is never stuck behind it).
-    pub fn barrier(&self) -> Result<()> {
-        self.check_live()?;
-        am::check_not_in_handler("fh_barrier")?;
-        self.conduit.barrier_start()?;
-        self.wait_until(|| self.conduit.barrier_test())
     }
 
     pub(crate) fn new_id(&self) -> u64 {

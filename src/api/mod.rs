@@ -10,6 +10,7 @@ pub mod mem;
 pub mod rma;
 pub mod rpipe;
 pub mod stats;
+pub mod sync;
 pub mod wire;
 
 pub use ctx::{Context, CtxInner};

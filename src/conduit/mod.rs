@@ -71,13 +71,98 @@ pub type Sink<'a> = dyn FnMut(usize, &mut [u8], Option<&mut dyn LongIn>) + 'a;
 /// Identifies a send whose borrowed payload is still in use.
 pub type SendId = u64;
 
-/// Remote atomic operations (the later synchronisation layer fills these in).
+/// Operand width of a remote atomic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Width {
+    W32,
+    W64,
+}
+
+impl Width {
+    pub fn bytes(self) -> usize {
+        match self {
+            Width::W32 => 4,
+            Width::W64 => 8,
+        }
+    }
+    /// Keep the bits this width holds.
+    pub fn mask(self, v: u64) -> u64 {
+        match self {
+            Width::W32 => v & 0xffff_ffff,
+            Width::W64 => v,
+        }
+    }
+}
+
+/// Remote atomic operations (seed 004 Table 5.1). Signed types use the same bits:
+/// two's complement makes add, swap, compare&swap and the bitwise ops width-exact.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AtomicOp {
-    FetchAdd(u64),
+    Fetch,
+    Set(u64),
     Swap(u64),
     Cas { expected: u64, desired: u64 },
-    Fetch,
+    FetchAdd(u64),
+    FetchAnd(u64),
+    FetchOr(u64),
+    FetchXor(u64),
+}
+
+impl AtomicOp {
+    /// The value the word takes when it held `old`; `None` leaves it unchanged.
+    pub fn apply(self, old: u64, w: Width) -> Option<u64> {
+        let v = match self {
+            AtomicOp::Fetch => return None,
+            AtomicOp::Set(x) | AtomicOp::Swap(x) => x,
+            AtomicOp::Cas { expected, desired } => {
+                if w.mask(old) != w.mask(expected) {
+                    return None;
+                }
+                desired
+            }
+            AtomicOp::FetchAdd(x) => old.wrapping_add(x),
+            AtomicOp::FetchAnd(x) => old & x,
+            AtomicOp::FetchOr(x) => old | x,
+            AtomicOp::FetchXor(x) => old ^ x,
+        };
+        Some(w.mask(v))
+    }
+}
+
+/// Run `op` on the word at `p` with one CPU atomic instruction (or a CAS loop for
+/// set). Returns the old value.
+///
+/// # Safety
+/// `p` must be valid, aligned to `w.bytes()`, and every concurrent access to the word
+/// must be atomic too.
+pub unsafe fn cpu_atomic(p: *mut u8, w: Width, op: AtomicOp) -> u64 {
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
+    macro_rules! run {
+        ($a:expr, $t:ty) => {{
+            let a = $a;
+            let x = |v: u64| v as $t;
+            (match op {
+                AtomicOp::Fetch => a.load(SeqCst),
+                AtomicOp::Set(v) | AtomicOp::Swap(v) => a.swap(x(v), SeqCst),
+                AtomicOp::Cas { expected, desired } => {
+                    match a.compare_exchange(x(expected), x(desired), SeqCst, SeqCst) {
+                        Ok(o) | Err(o) => o,
+                    }
+                }
+                AtomicOp::FetchAdd(v) => a.fetch_add(x(v), SeqCst),
+                AtomicOp::FetchAnd(v) => a.fetch_and(x(v), SeqCst),
+                AtomicOp::FetchOr(v) => a.fetch_or(x(v), SeqCst),
+                AtomicOp::FetchXor(v) => a.fetch_xor(x(v), SeqCst),
+            }) as u64
+        }};
+    }
+    // SAFETY: the caller guarantees p is valid, aligned and only accessed atomically.
+    unsafe {
+        match w {
+            Width::W32 => run!(AtomicU32::from_ptr(p as *mut u32), u32),
+            Width::W64 => run!(AtomicU64::from_ptr(p as *mut u64), u64),
+        }
+    }
 }
 
 pub trait Conduit: Send + Sync {
@@ -134,11 +219,22 @@ pub trait Conduit: Send + Sync {
     /// Complete every put/get initiated before this call.
     fn flush_all(&self) -> Result<()>;
 
-    /// Remote atomic on a 64-bit word (placeholder until the synchronisation issue).
-    fn atomic(&self, _rank: usize, _raddr: usize, _op: AtomicOp) -> Result<u64> {
+    /// Where `[raddr, raddr+len)` of `rank` can be reached with CPU instructions such
+    /// that CPU atomics on it are atomic with the atomics *every* rank issues on it
+    /// (the memory is mapped here and every rank takes this same path for it).
+    /// `None`: use [`Conduit::atomic`].
+    fn native(&self, _rank: usize, _raddr: usize, _len: usize) -> Option<*mut u8> {
+        None
+    }
+
+    /// Remote atomic through the transport; returns the old value. Atomic with every
+    /// other `atomic` call on the word, whatever the operation (the conduit decides
+    /// how, e.g. by expressing every operation as compare-and-swap).
+    /// The caller checked alignment and that `raddr` is accessible on `rank`.
+    fn atomic(&self, _rank: usize, _raddr: usize, _w: Width, _op: AtomicOp) -> Result<u64> {
         Err(crate::err!(
             Unsupported,
-            "remote atomics are not implemented on the {} conduit yet",
+            "remote atomics are not implemented on the {} conduit",
             self.caps().name
         ))
     }

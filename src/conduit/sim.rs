@@ -101,7 +101,7 @@ impl SimWorld {
                 thread_multiple: true,
                 max_frame,
                 frame_headroom: 0,
-                atomics: false,
+                atomics: true,
                 fh_mode: FhMode::Page,
                 max_registrations: None,
                 local_registration: true,
@@ -302,6 +302,36 @@ impl Conduit for SimConduit {
                 Ok(())
             }
             _ => bail!(NotPinned, "sim: [{:#x}, +{}) is not registered", addr, len),
+        }
+    }
+
+    /// Every node lives in this process: a word of any node is reachable by CPU
+    /// atomics (like a NIC whose atomics are coherent with its host), provided the
+    /// node exposes it.
+    fn native(&self, rank: usize, raddr: usize, len: usize) -> Option<*mut u8> {
+        (rank < self.world.nodes.len() && self.world.accessible(rank, raddr, len))
+            .then_some(raddr as *mut u8)
+    }
+
+    fn atomic(
+        &self,
+        rank: usize,
+        raddr: usize,
+        w: super::Width,
+        op: super::AtomicOp,
+    ) -> Result<u64> {
+        self.check_live()?;
+        self.check_rank(rank)?;
+        match self.native(rank, raddr, w.bytes()) {
+            // SAFETY: accessible memory of a node of this process; the layer above
+            // checked alignment; every atomic on it goes through cpu_atomic.
+            Some(p) => Ok(unsafe { super::cpu_atomic(p, w, op) }),
+            None => bail!(
+                Access,
+                "sim: atomic on rank {} at {:#x} which is not registered there",
+                rank,
+                raddr
+            ),
         }
     }
 

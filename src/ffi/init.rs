@@ -291,23 +291,6 @@ pub extern "C" fn fh_poll(ctx: *mut fh_ctx_t) -> c_int {
     })
 }
 
-/// Collective: return when every rank of the context has entered, serving active
-/// messages while waiting. Use it instead of MPI_Barrier whenever other ranks may
-/// need this one to make progress (their first access to memory registered here, or
-/// AMs they wait for): MPI_Barrier does not run firehose handlers. One barrier at a
-/// time per context.
-/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
-/// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
-#[no_mangle]
-pub extern "C" fn fh_barrier(ctx: *mut fh_ctx_t) -> c_int {
-    crate::ffi_boundary!(status {
-        // SAFETY: validated handle.
-        let c = unsafe { ctx_ref(ctx)? };
-        c.barrier()?;
-        OK
-    })
-}
-
 /// Print every setting, its value and where it came from (default, fh_config_t,
 /// environment), plus conduit facts (MPI library, thread level, progress thread), to
 /// stdout. With `ctx` NULL, prints what defaults + environment give.

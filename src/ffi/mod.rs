@@ -16,12 +16,14 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub mod am;
+pub mod atomic;
 pub mod firehose;
 pub mod init;
 pub mod mem;
 pub mod rma;
 pub mod rpipe;
 pub mod status;
+pub mod sync;
 
 /// Run `f`, turning errors and panics into a status code.
 pub fn guard_status(f: impl FnOnce() -> Result<c_int>) -> c_int {

@@ -114,6 +114,11 @@ pub struct Config {
     pub stats: bool,
     /// Map the library heaps of ranks on this node into each other (direct copies).
     pub shm: bool,
+    /// Barrier algorithm (`FH_BARRIER`).
+    pub barrier: BarrierAlgo,
+    /// Postal-model latency λ for the broadcast tree (`FH_BCAST_LAMBDA`; None:
+    /// measured at the first broadcast).
+    pub bcast_lambda: Option<u32>,
     /// `sources[i]` is where `SETTINGS[i]` came from.
     pub sources: Vec<Source>,
 }
@@ -401,7 +406,60 @@ pub static SETTINGS: &[Setting] = &[
         },
         show: |c| (c.shm as u8).to_string(),
     },
+    Setting {
+        name: "FH_BARRIER",
+        default: "dissemination",
+        help: "barrier algorithm: dissemination (pairwise exchange, any N), tree (gather-and-broadcast, fan-in 4) or mpi (MPI_Iallreduce)",
+        set: |c, v| {
+            c.barrier = match v.trim().to_ascii_lowercase().as_str() {
+                "dissemination" | "pairwise" => BarrierAlgo::Dissemination,
+                "tree" => BarrierAlgo::Tree,
+                "mpi" => BarrierAlgo::Mpi,
+                other => bail!(
+                    InvalidArg,
+                    "FH_BARRIER={}: expected dissemination, tree or mpi",
+                    other
+                ),
+            };
+            Ok(())
+        },
+        show: |c| c.barrier.name().into(),
+    },
+    Setting {
+        name: "FH_BCAST_LAMBDA",
+        default: "auto",
+        help: "postal-model latency (in send overheads, 1..64) the broadcast tree is built for; auto: measured at the first broadcast; 1 gives the binomial tree",
+        set: |c, v| {
+            c.bcast_lambda = match v.trim() {
+                "auto" | "" => None,
+                x => match x.parse::<u32>() {
+                    Ok(l) if (1..=64).contains(&l) => Some(l),
+                    _ => bail!(InvalidArg, "FH_BCAST_LAMBDA={}: expected auto or 1..64", x),
+                },
+            };
+            Ok(())
+        },
+        show: |c| c.bcast_lambda.map_or("auto".into(), |l| l.to_string()),
+    },
 ];
+
+/// `FH_BARRIER`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BarrierAlgo {
+    Dissemination,
+    Tree,
+    Mpi,
+}
+
+impl BarrierAlgo {
+    pub fn name(self) -> &'static str {
+        match self {
+            BarrierAlgo::Dissemination => "dissemination",
+            BarrierAlgo::Tree => "tree",
+            BarrierAlgo::Mpi => "mpi",
+        }
+    }
+}
 
 /// Index of a setting by name.
 pub fn setting_index(name: &str) -> Option<usize> {
@@ -432,6 +490,8 @@ impl Config {
             registration: Strategy::Firehose,
             stats: false,
             shm: true,
+            barrier: BarrierAlgo::Dissemination,
+            bcast_lambda: None,
             sources: vec![Source::Default; SETTINGS.len()],
         };
         for s in SETTINGS {

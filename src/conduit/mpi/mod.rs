@@ -22,7 +22,7 @@
 
 pub mod boot;
 
-use super::{Caps, Conduit, LongIn, LongSrc, SendId, Sink};
+use super::{AtomicOp, Caps, Conduit, LongIn, LongSrc, SendId, Sink, Width};
 use crate::bail;
 use crate::runtime::config::{Config, FhMode, Pin, ThreadLevel};
 use crate::runtime::error::Result;
@@ -32,7 +32,7 @@ use mpi::ffi;
 use parking_lot::{Mutex, ReentrantMutex, ReentrantMutexGuard};
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{fence, AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// Tag of AM frames.
 const TAG_AM: c_int = 1;
@@ -97,6 +97,20 @@ struct SendState {
     long_seq: Vec<u32>,
 }
 
+const _: () = assert!(
+    cfg!(target_endian = "little"),
+    "cas_once assumes little-endian"
+);
+const GUESS_SLOTS: usize = 256;
+
+/// A reduction in flight: its request and the in/out words it reads and writes.
+type Max3 = (H<ffi::MPI_Request>, Box<[u64; 6]>);
+
+fn guess_slot(rank: usize, raddr: usize) -> usize {
+    let h = (raddr as u64 >> 2) ^ ((rank as u64) << 40);
+    (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % GUESS_SLOTS
+}
+
 pub struct MpiConduit {
     caps: Caps,
     rank: usize,
@@ -112,6 +126,13 @@ pub struct MpiConduit {
     /// Per rank: where its library heap appears in *our* address space when it is on
     /// this node and mapped here (puts/gets to it are then plain copies).
     peer_heaps: Vec<Option<usize>>,
+    /// Every rank's heap is mapped here (one node, `FH_SHM`): atomics on heap words
+    /// are CPU atomics for *every* rank, so they are atomic across all operations.
+    /// Otherwise every rank uses MPI compare-and-swap for every heap word.
+    all_native: bool,
+    /// Last value seen per hashed (rank, address): the first guess of the
+    /// compare-and-swap loop (a wrong guess costs one more round trip, nothing else).
+    guess: Vec<AtomicU64>,
     heap_locked: bool,
     heap_win: H<ffi::MPI_Win>,
     dyn_win: H<ffi::MPI_Win>,
@@ -124,6 +145,9 @@ pub struct MpiConduit {
     recv: Mutex<RecvState>,
     send: Mutex<SendState>,
     barrier: Mutex<Option<H<ffi::MPI_Request>>>,
+    /// `MPI_Iallreduce(MAX)` of three words in flight (FH_BARRIER=mpi): request and
+    /// the in/out buffers it uses (boxed: they must not move while it runs).
+    max3: Mutex<Option<Max3>>,
     /// Held around MPI calls when the thread level is below MULTIPLE.
     serial: Option<ReentrantMutex<()>>,
     max_long: usize,
@@ -492,7 +516,7 @@ impl MpiConduit {
                     thread_multiple,
                     max_frame,
                     frame_headroom: PREFIX,
-                    atomics: false,
+                    atomics: true,
                     // Region mode: MPI_Win_attach takes any range, and Open MPI's
                     // osc/rdma holds at most 64 attachments per dynamic window (one
                     // per page would exhaust it); 16 are left for fh_mem_register.
@@ -508,7 +532,13 @@ impl MpiConduit {
                 heap_at,
                 _heap_map: heap_map,
                 shm,
+                all_native: !windows
+                    || peer_heaps
+                        .iter()
+                        .enumerate()
+                        .all(|(r, v)| r == rank || v.is_some()),
                 peer_heaps,
+                guess: (0..GUESS_SLOTS).map(|_| AtomicU64::new(0)).collect(),
                 heap_locked,
                 heap_win: H(heap_win),
                 dyn_win: H(dyn_win),
@@ -524,6 +554,7 @@ impl MpiConduit {
                     long_seq: vec![0; size],
                 }),
                 barrier: Mutex::new(None),
+                max3: Mutex::new(None),
                 // SINGLE/FUNNELED: the program promises one thread calls MPI (and we start no
                 // thread), so no lock is needed. SERIALIZED: threads may call us one
                 // at a time as far as they know, so we serialise our own MPI calls.
@@ -800,6 +831,88 @@ impl MpiConduit {
         }
         Ok(())
     }
+    /// Start `MPI_Iallreduce(MPI_MAX)` of `v` over the communicator.
+    pub fn max3_start(&self, v: [u64; 3]) -> Result<()> {
+        let _s = self.serial();
+        let mut g = self.max3.lock();
+        if g.is_some() {
+            bail!(
+                State,
+                "an MPI barrier is already in progress on this context"
+            );
+        }
+        let mut buf = Box::new([v[0], v[1], v[2], 0, 0, 0]);
+        let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // SAFETY: the boxed buffer is kept with the request until it completes.
+        let rc = unsafe {
+            ffi::MPI_Iallreduce(
+                buf.as_ptr() as *const c_void,
+                buf.as_mut_ptr().add(3) as *mut c_void,
+                3,
+                ffi::RSMPI_UINT64_T,
+                ffi::RSMPI_MAX,
+                self.am_comm.0,
+                &mut req,
+            )
+        };
+        check(rc, || "MPI_Iallreduce (barrier)".into())?;
+        *g = Some((H(req), buf));
+        Ok(())
+    }
+
+    /// Test the reduction `max3_start` began; its result once complete.
+    pub fn max3_test(&self) -> Result<Option<[u64; 3]>> {
+        let _s = self.serial();
+        let mut g = self.max3.lock();
+        let Some((req, buf)) = g.as_mut() else {
+            bail!(State, "no MPI barrier in progress");
+        };
+        let mut flag: c_int = 0;
+        // SAFETY: testing the request we own.
+        check(
+            unsafe { ffi::MPI_Test(&mut req.0, &mut flag, ffi::RSMPI_STATUS_IGNORE) },
+            || "MPI_Test (barrier)".into(),
+        )?;
+        if flag == 0 {
+            return Ok(None);
+        }
+        let r = [buf[3], buf[4], buf[5]];
+        *g = None;
+        Ok(Some(r))
+    }
+
+    /// One `MPI_Compare_and_swap` + flush on the word; returns the old value.
+    fn cas_once(&self, rank: usize, raddr: usize, w: Width, compare: u64, new: u64) -> Result<u64> {
+        let (win, disp, _) = self.resolve(rank, raddr, w.bytes());
+        let _s = self.serial();
+        let (c, n) = (w.mask(compare), w.mask(new));
+        let mut out = 0u64;
+        // SAFETY: the three buffers are locals valid for 8 bytes; for 32-bit words
+        // the value sits in the low half of a little-endian u64 (checked below);
+        // raddr is accessible on rank (caller's contract); we flush before reading.
+        unsafe {
+            let dt = match w {
+                Width::W32 => ffi::RSMPI_UINT32_T,
+                Width::W64 => ffi::RSMPI_UINT64_T,
+            };
+            let rc = ffi::MPI_Compare_and_swap(
+                &n as *const u64 as *const c_void,
+                &c as *const u64 as *const c_void,
+                &mut out as *mut u64 as *mut c_void,
+                dt,
+                rank as c_int,
+                disp,
+                win,
+            );
+            check(rc, || {
+                format!("MPI_Compare_and_swap(rank {}, {:#x})", rank, raddr)
+            })?;
+            let rc = ffi::MPI_Win_flush(rank as c_int, win);
+            check(rc, || format!("MPI_Win_flush(rank {})", rank))?;
+        }
+        Ok(w.mask(out))
+    }
+
     /// Hand the frame that completed in receive `i` to `sink` (with its long payload,
     /// if any), then repost the receive. Returns how many frames were delivered (0 for
     /// a malformed one, which is counted and dropped).
@@ -1132,6 +1245,52 @@ impl Conduit for MpiConduit {
             .lock()
             .pop()
             .unwrap_or_else(|| Vec::with_capacity(256))
+    }
+
+    fn native(&self, rank: usize, raddr: usize, len: usize) -> Option<*mut u8> {
+        if !self.all_native || rank >= self.size {
+            return None;
+        }
+        let (base, hlen) = self.remote_heaps[rank];
+        if raddr < base || !raddr.checked_add(len).is_some_and(|e| e <= base + hlen) {
+            return None;
+        }
+        if rank == self.rank {
+            return Some(raddr as *mut u8);
+        }
+        self.peer_heaps[rank].map(|view| (view + (raddr - base)) as *mut u8)
+    }
+
+    /// Every operation becomes `MPI_Compare_and_swap`: MPI promises atomicity only
+    /// between accumulates of the *same* operation (`accumulate_ops`), so with one
+    /// operation for everything, fetch&add racing swap racing compare&swap stays
+    /// atomic. Fetch is CAS(g, g) (one round trip whatever g is); the others loop:
+    /// read-guess, compute, CAS, retry with the value CAS returned.
+    fn atomic(&self, rank: usize, raddr: usize, w: Width, op: AtomicOp) -> Result<u64> {
+        self.live()?;
+        self.check_rank(rank)?;
+        if let Some(p) = self.native(rank, raddr, w.bytes()) {
+            // SAFETY: a heap word mapped here, aligned (checked above us); with
+            // all_native every rank reaches heap words only through cpu_atomic.
+            return Ok(unsafe { super::cpu_atomic(p, w, op) });
+        }
+        let slot = &self.guess[guess_slot(rank, raddr)];
+        let mut guess = slot.load(Ordering::Relaxed);
+        loop {
+            let (compare, new) = match op {
+                AtomicOp::Cas { expected, desired } => (expected, desired),
+                AtomicOp::Fetch => (guess, guess),
+                _ => (guess, op.apply(guess, w).unwrap_or(guess)),
+            };
+            let old = self.cas_once(rank, raddr, w, compare, new)?;
+            let swapped = old == w.mask(compare);
+            // Remember what the word holds now: the next operation's first guess.
+            slot.store(if swapped { w.mask(new) } else { old }, Ordering::Relaxed);
+            if swapped || matches!(op, AtomicOp::Cas { .. } | AtomicOp::Fetch) {
+                return Ok(old);
+            }
+            guess = old;
+        }
     }
 
     fn send_done(&self, id: SendId) -> Result<bool> {

@@ -1,0 +1,121 @@
+//! The sync area: a fixed block at the start of every rank's library heap, laid out
+//! identically on all ranks, so any rank computes the address of any flag word from
+//! the heap base it already knows (no address exchange, no collective set-up).
+//!
+//! Invariant: the area is zero when the heap is created (fresh mappings), and every
+//! word in it is written only through `CtxInner::word` (atomic for all ranks).
+//! Tags start at 1, so a zero word never matches.
+
+/// Locks one context can hold at once (one 64-byte line per lock on every rank).
+pub const MAX_LOCKS: usize = 128;
+/// Dissemination rounds the area has room for (N < 2^64).
+const MAX_ROUNDS: usize = 64;
+/// Fan-in of the gather-and-broadcast barrier tree.
+pub const TREE_DEGREE: usize = 4;
+/// Chunk slots per (writer, reader) pair.
+pub const SLOTS: usize = 4;
+const LINE: usize = 64;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Area {
+    pub n: usize,
+    /// Bytes of data one chunk slot carries.
+    pub chunk: usize,
+    /// Total bytes (page multiple).
+    pub bytes: usize,
+    diss: usize,
+    tree_arr: usize,
+    tree_rel: usize,
+    scratch: usize,
+    credits: usize,
+    inbox: usize,
+    stage: usize,
+}
+
+impl Area {
+    /// The layout for `n` ranks. Chunks shrink as N grows so the inboxes (one per
+    /// possible writer) stay near 1 MiB per rank.
+    pub fn new(n: usize) -> Area {
+        let chunk = ((1usize << 20) / (n.max(1) * SLOTS)).clamp(1024, 64 << 10) & !(LINE - 1);
+        let diss = MAX_LOCKS * LINE;
+        let tree_arr = diss + MAX_ROUNDS * 2 * 16;
+        let tree_rel = tree_arr + TREE_DEGREE * 2 * 16;
+        let scratch = tree_rel + LINE;
+        let credits = scratch + LINE;
+        let inbox = credits + n * LINE;
+        let stage = inbox + n * SLOTS * (LINE + chunk);
+        let bytes = (stage + chunk + 4095) & !4095;
+        Area {
+            n,
+            chunk,
+            bytes,
+            diss,
+            tree_arr,
+            tree_rel,
+            scratch,
+            credits,
+            inbox,
+            stage,
+        }
+    }
+    /// Lock `i`'s line: `next` at +0, `locked` at +8, `tail` (home rank only) at +16.
+    pub fn lock_line(&self, base: usize, i: usize) -> usize {
+        debug_assert!(i < MAX_LOCKS);
+        base + i * LINE
+    }
+    /// Dissemination slot (two words: id, tag) for `round` and epoch parity.
+    pub fn diss(&self, base: usize, round: usize, parity: usize) -> usize {
+        debug_assert!(round < MAX_ROUNDS && parity < 2);
+        base + self.diss + (round * 2 + parity) * 16
+    }
+    /// Tree arrival slot of child number `c` (0..TREE_DEGREE) at its parent.
+    pub fn tree_arr(&self, base: usize, c: usize, parity: usize) -> usize {
+        debug_assert!(c < TREE_DEGREE && parity < 2);
+        base + self.tree_arr + (c * 2 + parity) * 16
+    }
+    /// Tree release slot of a rank.
+    pub fn tree_rel(&self, base: usize, parity: usize) -> usize {
+        base + self.tree_rel + parity * 16
+    }
+    /// A line no protocol uses (latency probes).
+    pub fn scratch(&self, base: usize) -> usize {
+        base + self.scratch
+    }
+    /// In a writer's area: how many chunks `reader` has consumed from it.
+    pub fn credit(&self, base: usize, reader: usize) -> usize {
+        debug_assert!(reader < self.n);
+        base + self.credits + reader * LINE
+    }
+    /// In a reader's area: the header word of slot `s` of writer `src`.
+    pub fn inbox_hdr(&self, base: usize, src: usize, s: usize) -> usize {
+        debug_assert!(src < self.n && s < SLOTS);
+        base + self.inbox + (src * SLOTS + s) * (LINE + self.chunk)
+    }
+    /// The data bytes of that slot.
+    pub fn inbox_data(&self, base: usize, src: usize, s: usize) -> usize {
+        self.inbox_hdr(base, src, s) + LINE
+    }
+    /// This rank's staging buffer (sources that are not registered memory).
+    pub fn stage(&self, base: usize) -> usize {
+        base + self.stage
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn regions_do_not_overlap_and_fit() {
+        for n in [1usize, 2, 3, 8, 100, 5000] {
+            let a = Area::new(n);
+            assert!(a.lock_line(0, MAX_LOCKS - 1) + LINE <= a.diss(0, 0, 0));
+            assert!(a.diss(0, MAX_ROUNDS - 1, 1) + 16 <= a.tree_arr(0, 0, 0));
+            assert!(a.tree_arr(0, TREE_DEGREE - 1, 1) + 16 <= a.tree_rel(0, 0));
+            assert!(a.tree_rel(0, 1) + 16 <= a.scratch(0));
+            assert!(a.credit(0, n - 1) + LINE <= a.inbox_hdr(0, 0, 0));
+            assert!(a.inbox_data(0, n - 1, SLOTS - 1) + a.chunk <= a.stage(0));
+            assert!(a.stage(0) + a.chunk <= a.bytes);
+            assert_eq!(a.inbox_hdr(0, 1, 0) % 64, 0);
+        }
+    }
+}

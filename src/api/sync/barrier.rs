@@ -1,0 +1,447 @@
+//! Split-phase barriers (seed 004 ch. 3) by one-sided flag writes.
+//!
+//! - **Dissemination** (pairwise exchange generalised to any N): in round k a rank
+//!   writes its flag at rank `me + 2^k` and waits for the one of rank `me - 2^k`;
+//!   after ceil(log2 N) rounds every rank has heard, transitively, from every rank.
+//! - **Gather-and-broadcast tree** (fan-in [`TREE_DEGREE`]): arrivals flow up to rank
+//!   0, the release flows down.
+//! - **mpi**: `MPI_Iallreduce` (the baseline, and for conduits without the area).
+//!
+//! A flag is two words written through `CtxInner::word`: the barrier id first, then
+//! the tag `epoch << 2 | kind`. A reader that sees its epoch in the tag reads the id.
+//! Epochs count this context's barriers; early arrivals of the *next* barrier are
+//! never confused with this one because flags are double-buffered by epoch parity: a
+//! rank can be at most one barrier ahead of any rank it hears from (it cannot finish
+//! barrier e+1 before that rank notified it), so the slot of parity e is not reused
+//! before epoch e is consumed (seed 004 §3's unexpected messages, without a queue).
+//!
+//! Named ids (seed 002/GASNet semantics): the values of all ranks are combined with
+//! [`Val::combine`] (anonymous matches anything; two different names are a mismatch),
+//! which is associative, commutative and idempotent, so the overlapping coverage of
+//! dissemination with N not a power of two is harmless. A mismatch is reported as
+//! `FH_ERR_BARRIER_MISMATCH` on every rank, and the barrier still synchronised, so
+//! the next one works.
+
+use super::area::TREE_DEGREE;
+use crate::api::ctx::CtxInner;
+use crate::conduit::AtomicOp;
+use crate::runtime::config::BarrierAlgo as Algo_;
+use crate::runtime::error::Result;
+use crate::{bail, err};
+use std::sync::atomic::Ordering;
+
+pub use crate::runtime::config::BarrierAlgo as Algo;
+
+/// `flags` bit: this rank takes part without an id.
+pub const ANONYMOUS: i32 = 1;
+
+/// What one rank (or a set of ranks) said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Val {
+    Anon,
+    Named(u64),
+    Mismatch,
+}
+
+impl Val {
+    pub fn of(id: i64, flags: i32) -> Val {
+        if flags & ANONYMOUS != 0 {
+            Val::Anon
+        } else {
+            Val::Named(id as u64)
+        }
+    }
+    pub fn combine(self, o: Val) -> Val {
+        match (self, o) {
+            (Val::Mismatch, _) | (_, Val::Mismatch) => Val::Mismatch,
+            (Val::Anon, x) | (x, Val::Anon) => x,
+            (Val::Named(a), Val::Named(b)) if a == b => Val::Named(a),
+            _ => Val::Mismatch,
+        }
+    }
+    fn encode(self) -> (u64, u64) {
+        match self {
+            Val::Anon => (0, 0),
+            Val::Named(id) => (id, 1),
+            Val::Mismatch => (0, 2),
+        }
+    }
+    fn decode(id: u64, kind: u64) -> Val {
+        match kind {
+            0 => Val::Anon,
+            1 => Val::Named(id),
+            _ => Val::Mismatch,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Dissemination: waiting for round `round`'s flag (the flag of every earlier
+    /// round was received and this round's was sent).
+    Diss { round: u32 },
+    /// Tree: children heard from (bit mask); nothing sent up yet.
+    Gather { got: u32 },
+    /// Tree: arrival sent to the parent; waiting for the release.
+    Release,
+    /// MPI_Iallreduce in flight.
+    Mpi,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Idle,
+    Running { step: Step },
+    Done { result: Val },
+}
+
+/// One context's barrier state. Invariant: `phase != Idle` iff a notify has not yet
+/// been matched by a successful wait/try.
+pub struct Barrier {
+    algo: Algo,
+    /// Epoch of the current (or last) barrier; the first is 1.
+    epoch: u64,
+    id: i64,
+    flags: i32,
+    acc: Val,
+    phase: Phase,
+}
+
+impl Barrier {
+    pub fn new(algo: Algo) -> Barrier {
+        Barrier {
+            algo,
+            epoch: 0,
+            id: 0,
+            flags: ANONYMOUS,
+            acc: Val::Anon,
+            phase: Phase::Idle,
+        }
+    }
+}
+
+fn ceil_log2(n: usize) -> u32 {
+    if n <= 1 {
+        0
+    } else {
+        usize::BITS - (n - 1).leading_zeros()
+    }
+}
+
+impl CtxInner {
+    fn barrier_algo(&self) -> Algo {
+        match (self.cfg.barrier, &self.mpi) {
+            (Algo_::Mpi, None) => Algo::Dissemination,
+            (a, _) => a,
+        }
+    }
+
+    /// Write a flag (id, then tag) at `addr` of `rank`.
+    fn flag_write(&self, rank: usize, addr: usize, epoch: u64, v: Val) -> Result<()> {
+        let (id, kind) = v.encode();
+        self.word(rank, addr, AtomicOp::Set(id))?;
+        self.word(rank, addr + 8, AtomicOp::Set(epoch << 2 | kind))?;
+        Ok(())
+    }
+
+    /// Read our flag at `addr` if it carries `epoch`.
+    fn flag_read(&self, addr: usize, epoch: u64) -> Result<Option<Val>> {
+        let tag = self.word(self.rank, addr + 8, AtomicOp::Fetch)?;
+        if tag >> 2 != epoch {
+            return Ok(None);
+        }
+        let id = self.word(self.rank, addr, AtomicOp::Fetch)?;
+        Ok(Some(Val::decode(id, tag & 3)))
+    }
+
+    /// `fh_barrier_notify`.
+    pub fn barrier_notify(&self, id: i64, flags: i32) -> Result<()> {
+        self.check_live()?;
+        check_flags(flags)?;
+        let algo = self.barrier_algo();
+        if algo != Algo::Mpi {
+            self.area()?;
+        }
+        let mut b = self.sync.barrier.lock();
+        if b.phase != Phase::Idle {
+            bail!(
+                State,
+                "fh_barrier_notify: the previous barrier (notify id {}) has not been waited for",
+                b.id
+            );
+        }
+        b.algo = algo;
+        b.epoch += 1;
+        b.id = id;
+        b.flags = flags;
+        b.acc = Val::of(id, flags);
+        let me = self.rank;
+        let n = self.size;
+        let step = match algo {
+            _ if n == 1 => {
+                b.phase = Phase::Done { result: b.acc };
+                return Ok(());
+            }
+            Algo::Dissemination => {
+                let a = self.area()?;
+                let to = (me + 1) % n;
+                self.flag_write(
+                    to,
+                    a.diss(self.area_base(to), 0, (b.epoch & 1) as usize),
+                    b.epoch,
+                    b.acc,
+                )?;
+                Step::Diss { round: 0 }
+            }
+            Algo::Tree => Step::Gather { got: 0 },
+            Algo::Mpi => {
+                let m = self
+                    .mpi
+                    .as_ref()
+                    .expect("mpi algo only with the MPI conduit");
+                let (v0, v1, v2) = match b.acc {
+                    Val::Named(x) => (1, x, !x),
+                    _ => (0, 0, 0),
+                };
+                m.max3_start([v0, v1, v2])?;
+                Step::Mpi
+            }
+        };
+        b.phase = Phase::Running { step };
+        self.barrier_advance(&mut b)?;
+        self.sync.barrier_active.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Move the barrier as far as the flags that arrived allow; never blocks.
+    pub(crate) fn barrier_advance(&self, b: &mut Barrier) -> Result<()> {
+        let Phase::Running { mut step } = b.phase else {
+            return Ok(());
+        };
+        let (me, n, e) = (self.rank, self.size, b.epoch);
+        let par = (e & 1) as usize;
+        let result = loop {
+            match step {
+                Step::Diss { round } => {
+                    let a = self.area()?;
+                    let rounds = ceil_log2(n);
+                    let Some(v) =
+                        self.flag_read(a.diss(self.area_base(me), round as usize, par), e)?
+                    else {
+                        break None;
+                    };
+                    b.acc = b.acc.combine(v);
+                    let next = round + 1;
+                    if next == rounds {
+                        break Some(b.acc);
+                    }
+                    let to = (me + (1usize << next)) % n;
+                    self.flag_write(to, a.diss(self.area_base(to), next as usize, par), e, b.acc)?;
+                    step = Step::Diss { round: next };
+                }
+                Step::Gather { mut got } => {
+                    let a = self.area()?;
+                    let base = self.area_base(me);
+                    let mut all = true;
+                    for c in 0..TREE_DEGREE {
+                        let child = TREE_DEGREE * me + 1 + c;
+                        if child >= n || got & (1 << c) != 0 {
+                            continue;
+                        }
+                        match self.flag_read(a.tree_arr(base, c, par), e)? {
+                            Some(v) => {
+                                b.acc = b.acc.combine(v);
+                                got |= 1 << c;
+                            }
+                            None => all = false,
+                        }
+                    }
+                    if !all {
+                        step = Step::Gather { got };
+                        break None;
+                    }
+                    if me == 0 {
+                        self.tree_release(b.acc, e)?;
+                        break Some(b.acc);
+                    }
+                    let parent = (me - 1) / TREE_DEGREE;
+                    let slot = a.tree_arr(self.area_base(parent), (me - 1) % TREE_DEGREE, par);
+                    self.flag_write(parent, slot, e, b.acc)?;
+                    step = Step::Release;
+                }
+                Step::Release => {
+                    let a = self.area()?;
+                    match self.flag_read(a.tree_rel(self.area_base(me), par), e)? {
+                        Some(v) => {
+                            self.tree_release(v, e)?;
+                            break Some(v);
+                        }
+                        None => break None,
+                    }
+                }
+                Step::Mpi => {
+                    let m = self
+                        .mpi
+                        .as_ref()
+                        .expect("mpi algo only with the MPI conduit");
+                    match m.max3_test()? {
+                        Some([named, hi, nlo]) => {
+                            break Some(if named == 0 {
+                                Val::Anon
+                            } else if hi == !nlo {
+                                Val::Named(hi)
+                            } else {
+                                Val::Mismatch
+                            })
+                        }
+                        None => break None,
+                    }
+                }
+            }
+        };
+        b.phase = match result {
+            Some(r) => Phase::Done { result: r },
+            None => Phase::Running { step },
+        };
+        Ok(())
+    }
+
+    /// Tree: pass the release (with the combined value) to our children.
+    fn tree_release(&self, v: Val, e: u64) -> Result<()> {
+        let a = self.area()?;
+        for c in 0..TREE_DEGREE {
+            let child = TREE_DEGREE * self.rank + 1 + c;
+            if child < self.size {
+                let slot = a.tree_rel(self.area_base(child), (e & 1) as usize);
+                self.flag_write(child, slot, e, v)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `fh_barrier_try`: `Ok(true)` when the barrier completed (then the state is
+    /// idle again), `Ok(false)` for FH_NOT_READY.
+    pub fn barrier_try(&self, id: i64, flags: i32) -> Result<bool> {
+        self.check_live()?;
+        check_flags(flags)?;
+        let mut b = self.sync.barrier.lock();
+        if b.phase == Phase::Idle {
+            bail!(
+                State,
+                "fh_barrier_wait/try without a matching fh_barrier_notify"
+            );
+        }
+        self.barrier_advance(&mut b)?;
+        let Phase::Done { result } = b.phase else {
+            return Ok(false);
+        };
+        b.phase = Phase::Idle;
+        self.sync.barrier_active.store(false, Ordering::Release);
+        let mine = Val::of(b.id, b.flags);
+        if mine != Val::of(id, flags) {
+            bail!(
+                BarrierMismatch,
+                "barrier {}: wait/try was given {} but notify was given {}",
+                b.epoch,
+                describe(Val::of(id, flags)),
+                describe(mine)
+            );
+        }
+        if result == Val::Mismatch {
+            bail!(
+                BarrierMismatch,
+                "barrier {}: ranks notified different ids (this rank: {})",
+                b.epoch,
+                describe(mine)
+            );
+        }
+        Ok(true)
+    }
+
+    /// `fh_barrier_wait`.
+    pub fn barrier_wait(&self, id: i64, flags: i32) -> Result<()> {
+        crate::api::am::check_not_in_handler("fh_barrier_wait")?;
+        let mut r = Ok(());
+        self.sync_wait(|| match self.barrier_try(id, flags) {
+            Ok(done) => Ok(done),
+            Err(e) => {
+                r = Err(e);
+                Ok(true)
+            }
+        })?;
+        r
+    }
+
+    /// `fh_barrier`: anonymous notify + wait.
+    pub fn barrier(&self) -> Result<()> {
+        crate::api::am::check_not_in_handler("fh_barrier")?;
+        if self.sync.area.is_none() && self.barrier_algo() != Algo::Mpi {
+            // No sync area (tiny heaps): the conduit's barrier, still serving AMs.
+            self.check_live()?;
+            self.conduit.barrier_start()?;
+            return self.wait_until(|| self.conduit.barrier_test());
+        }
+        self.barrier_notify(0, ANONYMOUS)?;
+        self.barrier_wait(0, ANONYMOUS)
+    }
+
+    /// A named barrier for the library's own collective calls; a mismatch means the
+    /// ranks disagreed about `what`.
+    pub(crate) fn barrier_named(&self, id: i64, what: &str) -> Result<()> {
+        self.barrier_notify(id, 0)?;
+        match self.barrier_wait(id, 0) {
+            Err(e) if e.status == crate::runtime::error::Status::BarrierMismatch => {
+                Err(err!(InvalidArg, "{}: the ranks disagree ({})", what, e.msg))
+            }
+            r => r,
+        }
+    }
+}
+
+fn check_flags(flags: i32) -> Result<()> {
+    if flags & !ANONYMOUS != 0 {
+        bail!(
+            InvalidArg,
+            "barrier flags {:#x}: only FH_BARRIER_ANONYMOUS ({}) is defined",
+            flags,
+            ANONYMOUS
+        );
+    }
+    Ok(())
+}
+
+fn describe(v: Val) -> String {
+    match v {
+        Val::Anon => "anonymous".into(),
+        Val::Named(x) => format!("id {}", x as i64),
+        Val::Mismatch => "mismatch".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn combine_is_a_semilattice() {
+        let vals = [Val::Anon, Val::Named(1), Val::Named(2), Val::Mismatch];
+        for a in vals {
+            assert_eq!(a.combine(a), a);
+            for b in vals {
+                assert_eq!(a.combine(b), b.combine(a));
+                for c in vals {
+                    assert_eq!(a.combine(b).combine(c), a.combine(b.combine(c)));
+                }
+            }
+        }
+        assert_eq!(Val::Named(1).combine(Val::Named(2)), Val::Mismatch);
+        assert_eq!(Val::Anon.combine(Val::Named(7)), Val::Named(7));
+    }
+    #[test]
+    fn rounds() {
+        assert_eq!(ceil_log2(1), 0);
+        assert_eq!(ceil_log2(2), 1);
+        assert_eq!(ceil_log2(3), 2);
+        assert_eq!(ceil_log2(8), 3);
+        assert_eq!(ceil_log2(9), 4);
+    }
+}

@@ -1,0 +1,301 @@
+//! The distributed MCS queue lock of seed 004 §5.3 (Mellor-Crummey & Scott).
+//!
+//! Words (all in the sync area, all accessed only through `CtxInner::word`):
+//! - `tail` at the home rank: 0 when free, else `rank + 1` of the last waiter;
+//! - per rank, `next` (successor `rank + 1`, or 0) and `locked` (1 while waiting).
+//!
+//! Acquire: clear our `next`, set our `locked`, **fetch&write** our id into `tail`.
+//! A predecessor means we queue: one **remote write** links us into its `next`, then
+//! we **poll our own `locked`** word (local memory: the holder's release writes it,
+//! no message, no host involvement at the home).
+//! Release: if no successor has linked yet, **compare&swap** `tail` from us back to
+//! 0; if that fails a successor swapped itself in but has not linked yet (the
+//! successor race), so wait for our `next`, then clear the successor's `locked`.
+//! Grants follow tail-swap order: FIFO.
+//!
+//! One lock line per lock id on every rank; ids are handed out in creation order, so
+//! collective creates give every rank the same id without exchanging anything.
+//! Within one rank the lock is held by one thread at a time: the rank's entry in
+//! the queue is `local` (other threads of the rank wait for it first).
+
+use super::area::MAX_LOCKS;
+use crate::api::ctx::CtxInner;
+use crate::conduit::AtomicOp;
+use crate::runtime::error::Result;
+use crate::{bail, err};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Lock ids in use on this context (the same on every rank: create/destroy are
+/// collective and called in the same order).
+#[derive(Default)]
+pub struct LockIds {
+    used: Vec<bool>,
+}
+
+/// This rank's use of one lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Local {
+    Free = 0,
+    /// A thread of this rank is queued or holds it.
+    Busy = 1,
+}
+
+pub struct Lock {
+    pub id: usize,
+    pub home: usize,
+    local: AtomicU8,
+}
+
+const NEXT: usize = 0;
+const LOCKED: usize = 8;
+const TAIL: usize = 16;
+
+impl CtxInner {
+    fn lock_word(&self, rank: usize, id: usize, off: usize) -> Result<usize> {
+        Ok(self.area()?.lock_line(self.area_base(rank), id) + off)
+    }
+
+    /// `fh_lock_create` (collective; every rank names the same home).
+    pub fn lock_create(&self, home: i64) -> Result<Lock> {
+        self.check_live()?;
+        crate::api::am::check_not_in_handler("fh_lock_create")?;
+        let home = self.check_rank(home)?;
+        self.area()?;
+        let id = {
+            let mut g = self.sync.locks.lock();
+            if g.used.len() < MAX_LOCKS {
+                g.used.resize(MAX_LOCKS, false);
+            }
+            let Some(id) = g.used.iter().position(|u| !u) else {
+                bail!(
+                    NoResource,
+                    "fh_lock_create: all {} locks of this context are in use",
+                    MAX_LOCKS
+                );
+            };
+            g.used[id] = true;
+            id
+        };
+        let r = (|| {
+            // Our words start clear (a destroyed lock left them so, and fresh heaps are
+            // zero); make sure before anyone can see us.
+            self.word(
+                self.rank,
+                self.lock_word(self.rank, id, NEXT)?,
+                AtomicOp::Set(0),
+            )?;
+            self.word(
+                self.rank,
+                self.lock_word(self.rank, id, LOCKED)?,
+                AtomicOp::Set(0),
+            )?;
+            self.word(
+                self.rank,
+                self.lock_word(self.rank, id, TAIL)?,
+                AtomicOp::Set(0),
+            )?;
+            // Nobody touches the lock until every rank cleared its words; the named
+            // barrier also catches ranks that disagree on the home or the order.
+            self.barrier_named(
+                (0x4c4b_0000_0000_0000u64 | (home as u64) << 16 | id as u64) as i64,
+                "fh_lock_create: home rank or creation order",
+            )
+        })();
+        if let Err(e) = r {
+            self.sync.locks.lock().used[id] = false;
+            return Err(e);
+        }
+        Ok(Lock {
+            id,
+            home,
+            local: AtomicU8::new(Local::Free as u8),
+        })
+    }
+
+    /// Take the rank's entry for this lock (one thread per rank in the queue).
+    fn lock_local(&self, l: &Lock, wait: bool) -> Result<bool> {
+        loop {
+            if l.local
+                .compare_exchange(
+                    Local::Free as u8,
+                    Local::Busy as u8,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                return Ok(true);
+            }
+            if !wait {
+                return Ok(false);
+            }
+            self.sync_wait(|| Ok(l.local.load(Ordering::Relaxed) == Local::Free as u8))?;
+        }
+    }
+
+    /// `fh_lock_acquire`.
+    pub fn lock_acquire(&self, l: &Lock) -> Result<()> {
+        self.check_live()?;
+        crate::api::am::check_not_in_handler("fh_lock_acquire")?;
+        self.lock_local(l, true)?;
+        let r = self.lock_enqueue(l).and_then(|queued| {
+            if queued {
+                self.lock_wait_granted(l)
+            } else {
+                Ok(())
+            }
+        });
+        if r.is_err() {
+            l.local.store(Local::Free as u8, Ordering::Release);
+        }
+        r
+    }
+
+    /// Release after [`Self::lock_enqueue`] + [`Self::lock_wait_granted`] used
+    /// directly (tests drive the two halves by hand to check FIFO order).
+    pub fn lock_release_granted(&self, l: &Lock) -> Result<()> {
+        l.local.store(Local::Busy as u8, Ordering::Release);
+        self.lock_release(l)
+    }
+
+    /// The first half of acquire: join the queue. `Ok(false)`: the lock was free and
+    /// is now ours; `Ok(true)`: we are queued behind a predecessor (linked already).
+    pub fn lock_enqueue(&self, l: &Lock) -> Result<bool> {
+        let me = self.rank;
+        let next = self.lock_word(me, l.id, NEXT)?;
+        let locked = self.lock_word(me, l.id, LOCKED)?;
+        self.word(me, next, AtomicOp::Set(0))?;
+        self.word(me, locked, AtomicOp::Set(1))?;
+        let tail = self.lock_word(l.home, l.id, TAIL)?;
+        let pred = self.word(l.home, tail, AtomicOp::Swap(me as u64 + 1))?;
+        if pred == 0 {
+            return Ok(false);
+        }
+        let pred = self.check_waiter(pred, "tail")?;
+        self.word(
+            pred,
+            self.lock_word(pred, l.id, NEXT)?,
+            AtomicOp::Set(me as u64 + 1),
+        )?;
+        Ok(true)
+    }
+
+    /// The second half: poll our own `locked` word until the predecessor clears it.
+    pub fn lock_wait_granted(&self, l: &Lock) -> Result<()> {
+        let locked = self.lock_word(self.rank, l.id, LOCKED)?;
+        self.sync_wait(|| Ok(self.word(self.rank, locked, AtomicOp::Fetch)? == 0))
+    }
+
+    /// `fh_lock_try`: `Ok(true)` if acquired, `Ok(false)` (FH_NOT_READY) if held.
+    pub fn lock_try(&self, l: &Lock) -> Result<bool> {
+        self.check_live()?;
+        if !self.lock_local(l, false)? {
+            return Ok(false);
+        }
+        let me = self.rank;
+        let r = (|| {
+            self.word(me, self.lock_word(me, l.id, NEXT)?, AtomicOp::Set(0))?;
+            self.word(me, self.lock_word(me, l.id, LOCKED)?, AtomicOp::Set(0))?;
+            let tail = self.lock_word(l.home, l.id, TAIL)?;
+            let old = self.word(
+                l.home,
+                tail,
+                AtomicOp::Cas {
+                    expected: 0,
+                    desired: me as u64 + 1,
+                },
+            )?;
+            Ok(old == 0)
+        })();
+        if !matches!(r, Ok(true)) {
+            l.local.store(Local::Free as u8, Ordering::Release);
+        }
+        self.maybe_poll();
+        r
+    }
+
+    /// `fh_lock_release`.
+    pub fn lock_release(&self, l: &Lock) -> Result<()> {
+        self.check_live()?;
+        if l.local.load(Ordering::Acquire) != Local::Busy as u8 {
+            bail!(State, "fh_lock_release: this rank does not hold the lock");
+        }
+        let me = self.rank;
+        let next = self.lock_word(me, l.id, NEXT)?;
+        let mut succ = self.word(me, next, AtomicOp::Fetch)?;
+        if succ == 0 {
+            let tail = self.lock_word(l.home, l.id, TAIL)?;
+            let old = self.word(
+                l.home,
+                tail,
+                AtomicOp::Cas {
+                    expected: me as u64 + 1,
+                    desired: 0,
+                },
+            )?;
+            if old == me as u64 + 1 {
+                l.local.store(Local::Free as u8, Ordering::Release);
+                return Ok(());
+            }
+            if old == 0 {
+                bail!(
+                    State,
+                    "fh_lock_release: the lock is not held (tail is empty)"
+                );
+            }
+            // The successor race: someone swapped the tail but has not linked yet.
+            crate::api::am::check_not_in_handler("fh_lock_release")?;
+            self.sync_wait(|| {
+                succ = self.word(me, next, AtomicOp::Fetch)?;
+                Ok(succ != 0)
+            })?;
+        }
+        let s = self.check_waiter(succ, "next")?;
+        self.word(s, self.lock_word(s, l.id, LOCKED)?, AtomicOp::Set(0))?;
+        l.local.store(Local::Free as u8, Ordering::Release);
+        Ok(())
+    }
+
+    /// `fh_lock_destroy` (collective). Refused while this rank holds or waits for it.
+    pub fn lock_destroy(&self, l: &Lock) -> Result<()> {
+        self.check_live()?;
+        crate::api::am::check_not_in_handler("fh_lock_destroy")?;
+        if l.local.load(Ordering::Acquire) != Local::Free as u8 {
+            bail!(
+                State,
+                "fh_lock_destroy: this rank holds the lock (release it first)"
+            );
+        }
+        self.barrier_named(
+            (0x4c44_0000_0000_0000u64 | (l.home as u64) << 16 | l.id as u64) as i64,
+            "fh_lock_destroy: which lock",
+        )?;
+        self.sync.locks.lock().used[l.id] = false;
+        if self.rank == l.home {
+            let tail = self.lock_word(l.home, l.id, TAIL)?;
+            let t = self.word(l.home, tail, AtomicOp::Fetch)?;
+            if t != 0 {
+                return Err(err!(
+                    State,
+                    "fh_lock_destroy: rank {} still held or wanted the lock when it was destroyed",
+                    t - 1
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A waiter id read from a lock word must name a rank.
+    fn check_waiter(&self, v: u64, what: &str) -> Result<usize> {
+        if v == 0 || v > self.size as u64 {
+            bail!(
+                Transport,
+                "lock word {} holds {}, which names no rank",
+                what,
+                v
+            );
+        }
+        Ok(v as usize - 1)
+    }
+}

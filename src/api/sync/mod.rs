@@ -1,0 +1,94 @@
+//! NIC-style synchronisation (seed 004): remote atomics, the MCS queue lock, split-phase
+//! barriers and tree collectives. The idea carried over from 2003: the *target's host*
+//! does no work. An operation is done by the transport (CPU atomics on node-shared
+//! memory, MPI-3 atomics, RDMA writes of flags) and the target learns of it by looking
+//! at its own memory.
+//!
+//! - [`atomic`]: the operations of seed 004 Table 5.1 on 32/64-bit words, atomic across
+//!   *different* operations from all ranks.
+//! - [`lock`]: seed 004 §5.3's distributed MCS queue lock.
+//! - [`barrier`]: seed 004 ch. 3, dissemination (pairwise exchange) and
+//!   gather-and-broadcast trees by one-sided flag writes, split-phase, named ids.
+//! - [`chan`]: eager single-writer chunk channels between any two ranks (flow control
+//!   by credits written back into the writer's memory); the collectives' transport.
+//! - [`coll`]: broadcast on seed 004 §2.3's postal-model optimal tree with pipelined
+//!   chunks, reduce/allreduce in a fixed order, allgather.
+
+pub mod area;
+pub mod atomic;
+pub mod barrier;
+pub mod chan;
+pub mod coll;
+pub mod lock;
+
+use crate::api::ctx::CtxInner;
+use crate::runtime::error::Result;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Spare heap every rank keeps beyond the sync area for fh_malloc and rpipe.
+const MIN_SPARE: usize = 64 << 10;
+
+/// Per-context synchronisation state.
+pub struct SyncState {
+    /// `None` when some rank's heap is too small for the area (the calls then return
+    /// FH_ERR_NO_RESOURCE naming FH_HEAP_SIZE).
+    pub area: Option<area::Area>,
+    pub barrier: Mutex<barrier::Barrier>,
+    /// A split-phase barrier is in flight (the progress thread advances it).
+    pub barrier_active: AtomicBool,
+    pub coll: Mutex<coll::CollState>,
+    pub locks: Mutex<lock::LockIds>,
+}
+
+impl SyncState {
+    /// Decide the area for `heaps` (every rank's `(base, len)`): returns the state and
+    /// how many bytes at the start of this rank's heap it reserves.
+    pub fn new(heaps: &[(usize, usize)], algo: barrier::Algo) -> (SyncState, usize) {
+        let a = area::Area::new(heaps.len());
+        let fits = heaps.iter().all(|&(_, l)| l >= a.bytes + MIN_SPARE);
+        let st = SyncState {
+            area: fits.then_some(a),
+            barrier: Mutex::new(barrier::Barrier::new(algo)),
+            barrier_active: AtomicBool::new(false),
+            coll: Mutex::new(coll::CollState::new(heaps.len())),
+            locks: Mutex::new(lock::LockIds::default()),
+        };
+        (st, if fits { a.bytes } else { 0 })
+    }
+}
+
+impl CtxInner {
+    /// The sync area, or the error every synchronisation call returns without it.
+    pub(crate) fn area(&self) -> Result<area::Area> {
+        self.sync.area.ok_or_else(|| {
+            crate::err!(
+                NoResource,
+                "the library heap is too small for the synchronisation area ({} bytes + {} spare \
+                 on every rank): raise FH_HEAP_SIZE",
+                area::Area::new(self.size).bytes,
+                MIN_SPARE
+            )
+        })
+    }
+
+    /// Base of `rank`'s sync area (the start of its heap).
+    #[inline]
+    pub(crate) fn area_base(&self, rank: usize) -> usize {
+        self.remote_heaps[rank].0
+    }
+
+    /// Called from every poll (and so from the progress thread): advance a split-phase
+    /// barrier this rank notified, so a rank that computes between notify and wait
+    /// does not hold the others up beyond its own arrival (seed 004 ch. 6).
+    #[inline]
+    pub(crate) fn sync_progress(&self) {
+        if self.sync.barrier_active.load(Ordering::Acquire) {
+            if let Some(mut b) = self.sync.barrier.try_lock() {
+                if let Err(e) = self.barrier_advance(&mut b) {
+                    self.record_async_error(e);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! Header section: lock, barrier, collectives (seed 004).
+
+use super::{ctx_ref, fh_ctx_t, out, OK};
+use crate::api::sync::{barrier, coll, lock::Lock};
+use crate::api::Context;
+use crate::runtime::error::Result;
+use crate::runtime::error::Status;
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// `flags` for the split-phase barrier: this rank matches any id.
+pub const FH_BARRIER_ANONYMOUS: c_int = barrier::ANONYMOUS;
+
+/// Element type of a reduction (an int; the FH_INT32 ... FH_DOUBLE values).
+pub type fh_dtype_t = c_int;
+pub const FH_INT32: fh_dtype_t = coll::INT32;
+pub const FH_INT64: fh_dtype_t = coll::INT64;
+pub const FH_UINT32: fh_dtype_t = coll::UINT32;
+pub const FH_UINT64: fh_dtype_t = coll::UINT64;
+pub const FH_FLOAT: fh_dtype_t = coll::FLOAT;
+pub const FH_DOUBLE: fh_dtype_t = coll::DOUBLE;
+
+/// Reduction operation (an int; FH_SUM ... FH_BXOR; bitwise ones on integers only).
+pub type fh_op_t = c_int;
+pub const FH_SUM: fh_op_t = coll::SUM;
+pub const FH_PROD: fh_op_t = coll::PROD;
+pub const FH_MIN: fh_op_t = coll::MIN;
+pub const FH_MAX: fh_op_t = coll::MAX;
+pub const FH_BAND: fh_op_t = coll::BAND;
+pub const FH_BOR: fh_op_t = coll::BOR;
+pub const FH_BXOR: fh_op_t = coll::BXOR;
+
+const LOCK_LIVE: u64 = 0x6c6f_636b_6c69_7665; // "locklive"
+const LOCK_DEAD: u64 = 0x6c6f_636b_6465_6164; // "lockdead"
+
+/// Opaque distributed lock (`fh_lock_t *`). After `fh_lock_destroy` its few bytes are
+/// kept with a "destroyed" mark, so a stale handle gets FH_ERR_STATE.
+pub struct fh_lock_t {
+    magic: AtomicU64,
+    ctx: *mut fh_ctx_t,
+    lock: Lock,
+}
+
+/// # Safety
+/// `p` null or from fh_lock_create.
+unsafe fn lock_ref<'a>(p: *const fh_lock_t) -> Result<(&'a Context, &'a Lock)> {
+    if p.is_null() {
+        crate::bail!(InvalidArg, "lock is NULL (create one with fh_lock_create)");
+    }
+    // SAFETY: non-null handles come from fh_lock_create and are never freed.
+    let l = unsafe { &*p };
+    match l.magic.load(Ordering::Acquire) {
+        LOCK_LIVE => {}
+        LOCK_DEAD => crate::bail!(State, "lock was destroyed"),
+        _ => crate::bail!(
+            InvalidArg,
+            "lock is not a firehose lock (corrupted pointer)"
+        ),
+    }
+    // SAFETY: the context handle was valid at creation; ctx_ref re-validates it.
+    let c = unsafe { ctx_ref(l.ctx)? };
+    Ok((c, &l.lock))
+}
+
+/// Collective over `ctx`: create a distributed MCS queue lock (seed 004 §5.3) whose
+/// tail word lives at `home_rank` (every rank must pass the same home and create
+/// locks in the same order; a disagreement is FH_ERR_INVALID_ARG on every rank). At
+/// most 128 locks per context at once (FH_ERR_NO_RESOURCE beyond).
+/// Acquiring costs one fetch&write at the home plus, when queued, one remote write to
+/// the predecessor; a waiter then polls a word in its *own* memory, and the releaser
+/// writes it: the home's CPU does no work. Grants are FIFO.
+/// Threads: any thread; collective, so one thread per rank. Not from AM handlers.
+#[no_mangle]
+pub extern "C" fn fh_lock_create(
+    ctx: *mut fh_ctx_t,
+    home_rank: c_int,
+    lock_out: *mut *mut fh_lock_t,
+) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        if lock_out.is_null() {
+            crate::bail!(InvalidArg, "lock_out is NULL");
+        }
+        let l = c.lock_create(home_rank as i64)?;
+        let p = Box::into_raw(Box::new(fh_lock_t {
+            magic: AtomicU64::new(LOCK_LIVE),
+            ctx,
+            lock: l,
+        }));
+        // SAFETY: checked non-null above.
+        unsafe { out(lock_out, p, "lock_out")? };
+        OK
+    })
+}
+
+/// Block until this rank holds the lock (progressing the library meanwhile).
+/// One thread of a rank holds the lock at a time; other threads of the same rank
+/// wait for it before joining the queue.
+/// Threads: any thread, concurrently with other calls. Not from AM handlers (blocks).
+#[no_mangle]
+pub extern "C" fn fh_lock_acquire(lock: *mut fh_lock_t) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let (c, l) = unsafe { lock_ref(lock)? };
+        c.lock_acquire(l)?;
+        OK
+    })
+}
+
+/// Take the lock if it is free right now (one compare&swap at the home): FH_OK, or
+/// FH_NOT_READY if it is held or queued for.
+/// Threads: any thread, concurrently with other calls. Not from AM handlers.
+#[no_mangle]
+pub extern "C" fn fh_lock_try(lock: *mut fh_lock_t) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let (c, l) = unsafe { lock_ref(lock)? };
+        Ok(if c.lock_try(l)? { Status::Ok } else { Status::NotReady } as c_int)
+    })
+}
+
+/// Release the lock this rank holds (FH_ERR_STATE if it does not); hands it to the
+/// next waiter in FIFO order.
+/// Threads: the rank's holding thread or another thread of the same rank. Not from AM handlers.
+#[no_mangle]
+pub extern "C" fn fh_lock_release(lock: *mut fh_lock_t) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let (c, l) = unsafe { lock_ref(lock)? };
+        c.lock_release(l)?;
+        OK
+    })
+}
+
+/// Collective: destroy the lock. FH_ERR_STATE if this rank holds it (the handle stays
+/// valid then); at the home, FH_ERR_STATE also if some rank still held or wanted it
+/// (the handle is destroyed anyway).
+/// Threads: one thread per rank; not concurrently with other calls on this lock. Not from AM handlers.
+#[no_mangle]
+pub extern "C" fn fh_lock_destroy(lock: *mut fh_lock_t) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let (c, l) = unsafe { lock_ref(lock)? };
+        let r = c.lock_destroy(l);
+        if !matches!(&r, Err(e) if e.msg.contains("this rank holds")) {
+            // SAFETY: validated above; the mark makes later uses FH_ERR_STATE.
+            unsafe { (*lock).magic.store(LOCK_DEAD, Ordering::Release) };
+        }
+        r?;
+        OK
+    })
+}
+
+/// Collective: return when every rank of the context has entered, serving active
+/// messages while waiting. Use it instead of MPI_Barrier whenever other ranks may
+/// need this one to make progress (their first access to memory registered here, or
+/// AMs they wait for): MPI_Barrier does not run firehose handlers.
+/// Algorithm: FH_BARRIER (dissemination by default, tree or mpi); same as
+/// fh_barrier_notify + fh_barrier_wait with FH_BARRIER_ANONYMOUS.
+/// Threads: one thread per rank at a time. Not from AM handlers (blocks).
+#[no_mangle]
+pub extern "C" fn fh_barrier(ctx: *mut fh_ctx_t) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.barrier()?;
+        OK
+    })
+}
+
+/// Split-phase barrier, first half: announce arrival with `id` (or with `flags` =
+/// FH_BARRIER_ANONYMOUS, matching any id) and return at once. Do other work, then
+/// fh_barrier_wait or fh_barrier_try with the same id and flags. Flags are one-sided
+/// writes into the peers' memory; the library (or its progress thread,
+/// FH_PROGRESS=thread) forwards them, so a rank computing between notify and wait
+/// delays the others only until it arrived.
+/// FH_ERR_STATE if the previous barrier was not waited for.
+/// Threads: one thread per rank at a time. Not from AM handlers.
+#[no_mangle]
+pub extern "C" fn fh_barrier_notify(ctx: *mut fh_ctx_t, id: i64, flags: c_int) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.barrier_notify(id, flags)?;
+        OK
+    })
+}
+
+/// Split-phase barrier, second half: block until every rank notified. Returns
+/// FH_ERR_BARRIER_MISMATCH on *every* rank if two ranks notified different ids (the
+/// barrier still synchronised; the next one works), or on this rank if `id`/`flags`
+/// differ from its notify's.
+/// Threads: one thread per rank at a time. Not from AM handlers (blocks).
+#[no_mangle]
+pub extern "C" fn fh_barrier_wait(ctx: *mut fh_ctx_t, id: i64, flags: c_int) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.barrier_wait(id, flags)?;
+        OK
+    })
+}
+
+/// Split-phase barrier, non-blocking second half: FH_OK (complete, as fh_barrier_wait
+/// would return), FH_NOT_READY (call again), or an error as for fh_barrier_wait.
+/// Threads: one thread per rank at a time. Not from AM handlers.
+#[no_mangle]
+pub extern "C" fn fh_barrier_try(ctx: *mut fh_ctx_t, id: i64, flags: c_int) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        crate::api::am::check_not_in_handler("fh_barrier_try")?;
+        let done = c.barrier_try(id, flags)?;
+        if !done {
+            let _ = c.progress_once();
+        }
+        Ok(if done { Status::Ok } else { Status::NotReady } as c_int)
+    })
+}
+
+/// Collective: copy `nbytes` of `buf` at `root` into `buf` on every rank (0 to any
+/// size; large messages are pipelined in chunks down seed 004's postal-model optimal
+/// tree, FH_BCAST_LAMBDA). All ranks pass the same root and nbytes, and call the
+/// collectives of a context in the same order.
+/// Threads: one thread per context at a time (FH_ERR_STATE otherwise). Not from AM handlers.
+#[no_mangle]
+pub extern "C" fn fh_broadcast(
+    ctx: *mut fh_ctx_t,
+    root: c_int,
+    buf: *mut c_void,
+    nbytes: usize,
+) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.broadcast(root as i64, buf as usize, nbytes)?;
+        OK
+    })
+}
+
+/// Collective: combine `count` elements of `src` from every rank with `op` into `dst`
+/// at `root` (`dst` is not touched elsewhere and may be NULL there). Floating-point
+/// results are combined in rank order ((r0 op r1) op (r2 op r3) ...), so they depend
+/// only on the number of ranks, never on the root or on timing.
+/// Threads: one thread per context at a time. Not from AM handlers.
+#[no_mangle]
+pub extern "C" fn fh_reduce(
+    ctx: *mut fh_ctx_t,
+    root: c_int,
+    src: *const c_void,
+    dst: *mut c_void,
+    count: usize,
+    dt: fh_dtype_t,
+    op: fh_op_t,
+) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.reduce(root as i64, src as usize, dst as usize, count, dt, op)?;
+        OK
+    })
+}
+
+/// Collective: as fh_reduce, with the result in `dst` on every rank (reduce to rank 0,
+/// then broadcast), bit-identical on all ranks.
+/// Threads: one thread per context at a time. Not from AM handlers.
+#[no_mangle]
+pub extern "C" fn fh_allreduce(
+    ctx: *mut fh_ctx_t,
+    src: *const c_void,
+    dst: *mut c_void,
+    count: usize,
+    dt: fh_dtype_t,
+    op: fh_op_t,
+) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.allreduce(src as usize, dst as usize, count, dt, op)?;
+        OK
+    })
+}
+
+/// Collective: every rank contributes `nbytes` from `src`; rank i's bytes land at
+/// `dst + i * nbytes` on every rank (`dst` holds nbytes * size bytes).
+/// Threads: one thread per context at a time. Not from AM handlers.
+#[no_mangle]
+pub extern "C" fn fh_allgather(
+    ctx: *mut fh_ctx_t,
+    src: *const c_void,
+    nbytes: usize,
+    dst: *mut c_void,
+) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.allgather(src as usize, nbytes, dst as usize)?;
+        OK
+    })
+}
