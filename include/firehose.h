@@ -50,57 +50,6 @@
 
 
 /**
- * Locks one context can hold at once (one 64-byte line per lock on every rank).
- */
-#define MAX_LOCKS 128
-
-/**
- * Fan-in of the gather-and-broadcast barrier tree.
- */
-#define TREE_DEGREE 4
-
-/**
- * Chunk slots per (writer, reader) pair.
- */
-#define SLOTS 4
-
-/**
- * `flags` bit: this rank takes part without an id.
- */
-#define ANONYMOUS 1
-
-#define INT32 0
-
-#define INT64 1
-
-#define UINT32 2
-
-#define UINT64 3
-
-#define FLOAT 4
-
-#define DOUBLE 5
-
-#define SUM 0
-
-#define PROD 1
-
-#define MIN 2
-
-#define MAX 3
-
-#define BAND 4
-
-#define BOR 5
-
-#define BXOR 6
-
-/**
- * Largest collective payload accepted (bytes).
- */
-#define MAX_BYTES (1 << 40)
-
-/**
  * Handler indices the application may register (128..255); 0..127 are the library's.
  */
 #define FH_AM_INDEX_USER_MIN 128
@@ -235,7 +184,10 @@
 
 #define FH_ERR_INTERNAL -13
 
-
+/**
+ * `flags` for the split-phase barrier: this rank matches any id.
+ */
+#define FH_BARRIER_ANONYMOUS 1
 
 /**
  * Opaque token passed to an AM handler: names the message's source and is the
@@ -531,31 +483,31 @@ typedef int fh_op_t;
 
 #define FH_HANDLE_NULL 0
 
+#define FH_INT32 0
 
+#define FH_INT64 1
 
+#define FH_UINT32 2
 
+#define FH_UINT64 3
 
+#define FH_FLOAT 4
 
+#define FH_DOUBLE 5
 
+#define FH_SUM 0
 
+#define FH_PROD 1
 
+#define FH_MIN 2
 
+#define FH_MAX 3
 
+#define FH_BAND 4
 
+#define FH_BOR 5
 
-
-
-
-
-
-
-
-
-
-
-
-
-
+#define FH_BXOR 6
 
 
 

@@ -9,26 +9,44 @@ use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `flags` for the split-phase barrier: this rank matches any id.
-pub const FH_BARRIER_ANONYMOUS: c_int = barrier::ANONYMOUS;
+pub const FH_BARRIER_ANONYMOUS: c_int = 1;
 
 /// Element type of a reduction (an int; the FH_INT32 ... FH_DOUBLE values).
 pub type fh_dtype_t = c_int;
-pub const FH_INT32: fh_dtype_t = coll::INT32;
-pub const FH_INT64: fh_dtype_t = coll::INT64;
-pub const FH_UINT32: fh_dtype_t = coll::UINT32;
-pub const FH_UINT64: fh_dtype_t = coll::UINT64;
-pub const FH_FLOAT: fh_dtype_t = coll::FLOAT;
-pub const FH_DOUBLE: fh_dtype_t = coll::DOUBLE;
+pub const FH_INT32: fh_dtype_t = 0;
+pub const FH_INT64: fh_dtype_t = 1;
+pub const FH_UINT32: fh_dtype_t = 2;
+pub const FH_UINT64: fh_dtype_t = 3;
+pub const FH_FLOAT: fh_dtype_t = 4;
+pub const FH_DOUBLE: fh_dtype_t = 5;
 
 /// Reduction operation (an int; FH_SUM ... FH_BXOR; bitwise ones on integers only).
 pub type fh_op_t = c_int;
-pub const FH_SUM: fh_op_t = coll::SUM;
-pub const FH_PROD: fh_op_t = coll::PROD;
-pub const FH_MIN: fh_op_t = coll::MIN;
-pub const FH_MAX: fh_op_t = coll::MAX;
-pub const FH_BAND: fh_op_t = coll::BAND;
-pub const FH_BOR: fh_op_t = coll::BOR;
-pub const FH_BXOR: fh_op_t = coll::BXOR;
+pub const FH_SUM: fh_op_t = 0;
+pub const FH_PROD: fh_op_t = 1;
+pub const FH_MIN: fh_op_t = 2;
+pub const FH_MAX: fh_op_t = 3;
+pub const FH_BAND: fh_op_t = 4;
+pub const FH_BOR: fh_op_t = 5;
+pub const FH_BXOR: fh_op_t = 6;
+
+// Literals above (cbindgen prints literals only); they must equal the internal values.
+const _: () = assert!(
+    FH_BARRIER_ANONYMOUS == barrier::ANONYMOUS
+        && FH_INT32 == coll::INT32
+        && FH_INT64 == coll::INT64
+        && FH_UINT32 == coll::UINT32
+        && FH_UINT64 == coll::UINT64
+        && FH_FLOAT == coll::FLOAT
+        && FH_DOUBLE == coll::DOUBLE
+        && FH_SUM == coll::SUM
+        && FH_PROD == coll::PROD
+        && FH_MIN == coll::MIN
+        && FH_MAX == coll::MAX
+        && FH_BAND == coll::BAND
+        && FH_BOR == coll::BOR
+        && FH_BXOR == coll::BXOR
+);
 
 const LOCK_LIVE: u64 = 0x6c6f_636b_6c69_7665; // "locklive"
 const LOCK_DEAD: u64 = 0x6c6f_636b_6465_6164; // "lockdead"

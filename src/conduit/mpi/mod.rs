@@ -1274,6 +1274,15 @@ impl Conduit for MpiConduit {
             // all_native every rank reaches heap words only through cpu_atomic.
             return Ok(unsafe { super::cpu_atomic(p, w, op) });
         }
+        if rank == self.rank && boot::BUILT_FOR == "openmpi" {
+            // Open MPI 4.1's osc/rdma crashes on an atomic aimed at the calling rank
+            // (btl/vader's emulated compare-and-swap has no endpoint for self). That
+            // emulation applies every remote operation *at the target* with CPU
+            // atomics (btl_vader_sc_emu.c), so our own CPU atomic on the word is
+            // atomic with them.
+            // SAFETY: our own address, accessible (caller's contract) and aligned.
+            return Ok(unsafe { super::cpu_atomic(raddr as *mut u8, w, op) });
+        }
         let slot = &self.guess[guess_slot(rank, raddr)];
         let mut guess = slot.load(Ordering::Relaxed);
         loop {
