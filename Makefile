@@ -1,5 +1,6 @@
 # firehose -- build, test, install.
-#   make demo    4-rank jobs on this machine showing puts, gets, active messages, rpipe
+#   make demo    4-rank jobs on this machine showing puts, gets, active messages, rpipe,
+#                atomics (shared counter), the MCS lock (remote queue), split-phase barriers
 #   make test    everything CI runs (fmt, clippy, Rust tests, header drift, C tests
 #                under Open MPI at 2/4/8 ranks and MPICH at 2, Fortran, pkg-config
 #                consumer, dlopen consumer)
@@ -154,10 +155,14 @@ stress: c-tests
 test: deps lint test-rust loom tsan check-header lib test-c test-c-mpich test-fortran test-pkgconfig test-dlopen test-mismatch stress
 	@echo "make test: all suites passed"
 
-demo: lib $(BUILD)/examples/demo $(BUILD)/examples/bitonic $(BUILD)/examples/rpipe
+demo: lib $(BUILD)/examples/demo $(BUILD)/examples/bitonic $(BUILD)/examples/rpipe \
+      $(BUILD)/examples/shared_counter $(BUILD)/examples/lock_queue $(BUILD)/examples/split_barrier
 	timeout 300 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/demo
 	FH_STATS=1 timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/bitonic
 	timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/rpipe
+	timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/shared_counter
+	timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/lock_queue
+	timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/split_barrier
 
 bench: lib $(BENCHES)
 	@mkdir -p bench-results

@@ -34,6 +34,23 @@
 !   rpipe_addr_t *addr_out     integer(c_int64_t), intent(out)
 !   void * (rpipe_rmem)        type(c_ptr)             (c_f_pointer to use the bytes;
 !                              c_associated is false on error)
+!   uint32_t *raddr, int32_t *raddr, uint64_t *raddr, int64_t *raddr (the atomic word,
+!   fh_atomic_*)               type(c_ptr), value      (c_loc(word) for your own rank,
+!                              else the address the owner sent you)
+!   uint32_t, int32_t          integer(c_int32_t), value   (unsigned values as the same
+!                              bits: 2**31 and up read as negative numbers)
+!   uint64_t, int64_t (also the barrier id)
+!                              integer(c_int64_t), value   (same rule for unsigned)
+!   uint32_t *old_out, *value_out (int32_t the same)
+!                              integer(c_int32_t), intent(out)
+!   uint64_t *old_out, *value_out (int64_t the same)
+!                              integer(c_int64_t), intent(out)
+!                              (in the _nb forms also asynchronous: the value is valid
+!                              after fh_wait on h_out, so give the actual argument the
+!                              asynchronous or target attribute)
+!   fh_lock_t *                type(c_ptr), value
+!   fh_lock_t **lock_out       type(c_ptr), intent(out)
+!   fh_dtype_t, fh_op_t        integer(c_int), value   (FH_INT32.. / FH_SUM.. below)
 !
 ! Convenience (not in the C header): fh_strerror_str(status) and fh_last_error_str()
 ! return the messages as Fortran strings.
@@ -88,6 +105,24 @@ module firehose
 
   ! ---- handles ----
   integer(c_int64_t), parameter :: FH_HANDLE_NULL = 0_c_int64_t
+
+  ! ---- split-phase barrier flags ----
+  integer(c_int), parameter :: FH_BARRIER_ANONYMOUS = 1
+
+  ! ---- reduction element types (fh_dtype_t) and operations (fh_op_t) ----
+  integer(c_int), parameter :: FH_INT32 = 0
+  integer(c_int), parameter :: FH_INT64 = 1
+  integer(c_int), parameter :: FH_UINT32 = 2
+  integer(c_int), parameter :: FH_UINT64 = 3
+  integer(c_int), parameter :: FH_FLOAT = 4
+  integer(c_int), parameter :: FH_DOUBLE = 5
+  integer(c_int), parameter :: FH_SUM = 0
+  integer(c_int), parameter :: FH_PROD = 1
+  integer(c_int), parameter :: FH_MIN = 2
+  integer(c_int), parameter :: FH_MAX = 3
+  integer(c_int), parameter :: FH_BAND = 4
+  integer(c_int), parameter :: FH_BOR = 5
+  integer(c_int), parameter :: FH_BXOR = 6
 
   ! ---- rpipe_open: role, mode (RPIPE_PULL is a flag to OR in: ior) and policy ----
   integer(c_int), parameter :: RPIPE_WRITER = 1
@@ -560,6 +595,806 @@ module firehose
       integer(c_size_t) :: fh_am_max_long
     end function fh_am_max_long
 
+    ! ---- remote atomics (T = u32, u64, i32, i64; the word is integer(c_int32_t) for
+    ! u32/i32 and integer(c_int64_t) for u64/i64; pass its address as raddr) ----
+    ! fetch&add: old_out gets the value before
+    function fh_atomic_fetch_add_u32(ctx, rank, raddr, value, old_out) &
+        bind(C, name="fh_atomic_fetch_add_u32")
+      import :: c_int, c_int32_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int32_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_fetch_add_u32
+    end function fh_atomic_fetch_add_u32
+
+    function fh_atomic_fetch_add_u32_nb(ctx, rank, raddr, value, old_out, h_out) &
+        bind(C, name="fh_atomic_fetch_add_u32_nb")
+      import :: c_int, c_int32_t, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int32_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_fetch_add_u32_nb
+    end function fh_atomic_fetch_add_u32_nb
+
+    function fh_atomic_fetch_add_u64(ctx, rank, raddr, value, old_out) &
+        bind(C, name="fh_atomic_fetch_add_u64")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_fetch_add_u64
+    end function fh_atomic_fetch_add_u64
+
+    function fh_atomic_fetch_add_u64_nb(ctx, rank, raddr, value, old_out, h_out) &
+        bind(C, name="fh_atomic_fetch_add_u64_nb")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_fetch_add_u64_nb
+    end function fh_atomic_fetch_add_u64_nb
+
+    function fh_atomic_fetch_add_i32(ctx, rank, raddr, value, old_out) &
+        bind(C, name="fh_atomic_fetch_add_i32")
+      import :: c_int, c_int32_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int32_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_fetch_add_i32
+    end function fh_atomic_fetch_add_i32
+
+    function fh_atomic_fetch_add_i32_nb(ctx, rank, raddr, value, old_out, h_out) &
+        bind(C, name="fh_atomic_fetch_add_i32_nb")
+      import :: c_int, c_int32_t, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int32_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_fetch_add_i32_nb
+    end function fh_atomic_fetch_add_i32_nb
+
+    function fh_atomic_fetch_add_i64(ctx, rank, raddr, value, old_out) &
+        bind(C, name="fh_atomic_fetch_add_i64")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_fetch_add_i64
+    end function fh_atomic_fetch_add_i64
+
+    function fh_atomic_fetch_add_i64_nb(ctx, rank, raddr, value, old_out, h_out) &
+        bind(C, name="fh_atomic_fetch_add_i64_nb")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_fetch_add_i64_nb
+    end function fh_atomic_fetch_add_i64_nb
+
+    ! add (no result)
+    function fh_atomic_add_u32(ctx, rank, raddr, value) bind(C, name="fh_atomic_add_u32")
+      import :: c_int, c_int32_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int) :: fh_atomic_add_u32
+    end function fh_atomic_add_u32
+
+    function fh_atomic_add_u32_nb(ctx, rank, raddr, value, h_out) bind(C, name="fh_atomic_add_u32_nb")
+      import :: c_int, c_int32_t, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_add_u32_nb
+    end function fh_atomic_add_u32_nb
+
+    function fh_atomic_add_u64(ctx, rank, raddr, value) bind(C, name="fh_atomic_add_u64")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int) :: fh_atomic_add_u64
+    end function fh_atomic_add_u64
+
+    function fh_atomic_add_u64_nb(ctx, rank, raddr, value, h_out) bind(C, name="fh_atomic_add_u64_nb")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_add_u64_nb
+    end function fh_atomic_add_u64_nb
+
+    function fh_atomic_add_i32(ctx, rank, raddr, value) bind(C, name="fh_atomic_add_i32")
+      import :: c_int, c_int32_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int) :: fh_atomic_add_i32
+    end function fh_atomic_add_i32
+
+    function fh_atomic_add_i32_nb(ctx, rank, raddr, value, h_out) bind(C, name="fh_atomic_add_i32_nb")
+      import :: c_int, c_int32_t, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_add_i32_nb
+    end function fh_atomic_add_i32_nb
+
+    function fh_atomic_add_i64(ctx, rank, raddr, value) bind(C, name="fh_atomic_add_i64")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int) :: fh_atomic_add_i64
+    end function fh_atomic_add_i64
+
+    function fh_atomic_add_i64_nb(ctx, rank, raddr, value, h_out) bind(C, name="fh_atomic_add_i64_nb")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_add_i64_nb
+    end function fh_atomic_add_i64_nb
+
+    ! fetch&write: old_out gets the value before
+    function fh_atomic_swap_u32(ctx, rank, raddr, value, old_out) bind(C, name="fh_atomic_swap_u32")
+      import :: c_int, c_int32_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int32_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_swap_u32
+    end function fh_atomic_swap_u32
+
+    function fh_atomic_swap_u32_nb(ctx, rank, raddr, value, old_out, h_out) &
+        bind(C, name="fh_atomic_swap_u32_nb")
+      import :: c_int, c_int32_t, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int32_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_swap_u32_nb
+    end function fh_atomic_swap_u32_nb
+
+    function fh_atomic_swap_u64(ctx, rank, raddr, value, old_out) bind(C, name="fh_atomic_swap_u64")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_swap_u64
+    end function fh_atomic_swap_u64
+
+    function fh_atomic_swap_u64_nb(ctx, rank, raddr, value, old_out, h_out) &
+        bind(C, name="fh_atomic_swap_u64_nb")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_swap_u64_nb
+    end function fh_atomic_swap_u64_nb
+
+    function fh_atomic_swap_i32(ctx, rank, raddr, value, old_out) bind(C, name="fh_atomic_swap_i32")
+      import :: c_int, c_int32_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int32_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_swap_i32
+    end function fh_atomic_swap_i32
+
+    function fh_atomic_swap_i32_nb(ctx, rank, raddr, value, old_out, h_out) &
+        bind(C, name="fh_atomic_swap_i32_nb")
+      import :: c_int, c_int32_t, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int32_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_swap_i32_nb
+    end function fh_atomic_swap_i32_nb
+
+    function fh_atomic_swap_i64(ctx, rank, raddr, value, old_out) bind(C, name="fh_atomic_swap_i64")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_swap_i64
+    end function fh_atomic_swap_i64
+
+    function fh_atomic_swap_i64_nb(ctx, rank, raddr, value, old_out, h_out) &
+        bind(C, name="fh_atomic_swap_i64_nb")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_swap_i64_nb
+    end function fh_atomic_swap_i64_nb
+
+    ! compare&swap: old_out == expected exactly when it swapped
+    function fh_atomic_cas_u32(ctx, rank, raddr, expected, desired, old_out) &
+        bind(C, name="fh_atomic_cas_u32")
+      import :: c_int, c_int32_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: expected
+      integer(c_int32_t), value :: desired
+      integer(c_int32_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_cas_u32
+    end function fh_atomic_cas_u32
+
+    function fh_atomic_cas_u32_nb(ctx, rank, raddr, expected, desired, old_out, h_out) &
+        bind(C, name="fh_atomic_cas_u32_nb")
+      import :: c_int, c_int32_t, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: expected
+      integer(c_int32_t), value :: desired
+      integer(c_int32_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_cas_u32_nb
+    end function fh_atomic_cas_u32_nb
+
+    function fh_atomic_cas_u64(ctx, rank, raddr, expected, desired, old_out) &
+        bind(C, name="fh_atomic_cas_u64")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: expected
+      integer(c_int64_t), value :: desired
+      integer(c_int64_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_cas_u64
+    end function fh_atomic_cas_u64
+
+    function fh_atomic_cas_u64_nb(ctx, rank, raddr, expected, desired, old_out, h_out) &
+        bind(C, name="fh_atomic_cas_u64_nb")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: expected
+      integer(c_int64_t), value :: desired
+      integer(c_int64_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_cas_u64_nb
+    end function fh_atomic_cas_u64_nb
+
+    function fh_atomic_cas_i32(ctx, rank, raddr, expected, desired, old_out) &
+        bind(C, name="fh_atomic_cas_i32")
+      import :: c_int, c_int32_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: expected
+      integer(c_int32_t), value :: desired
+      integer(c_int32_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_cas_i32
+    end function fh_atomic_cas_i32
+
+    function fh_atomic_cas_i32_nb(ctx, rank, raddr, expected, desired, old_out, h_out) &
+        bind(C, name="fh_atomic_cas_i32_nb")
+      import :: c_int, c_int32_t, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: expected
+      integer(c_int32_t), value :: desired
+      integer(c_int32_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_cas_i32_nb
+    end function fh_atomic_cas_i32_nb
+
+    function fh_atomic_cas_i64(ctx, rank, raddr, expected, desired, old_out) &
+        bind(C, name="fh_atomic_cas_i64")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: expected
+      integer(c_int64_t), value :: desired
+      integer(c_int64_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_cas_i64
+    end function fh_atomic_cas_i64
+
+    function fh_atomic_cas_i64_nb(ctx, rank, raddr, expected, desired, old_out, h_out) &
+        bind(C, name="fh_atomic_cas_i64_nb")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: expected
+      integer(c_int64_t), value :: desired
+      integer(c_int64_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_cas_i64_nb
+    end function fh_atomic_cas_i64_nb
+
+    ! atomic read
+    function fh_atomic_fetch_u32(ctx, rank, raddr, value_out) bind(C, name="fh_atomic_fetch_u32")
+      import :: c_int, c_int32_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), intent(out) :: value_out
+      integer(c_int) :: fh_atomic_fetch_u32
+    end function fh_atomic_fetch_u32
+
+    function fh_atomic_fetch_u32_nb(ctx, rank, raddr, value_out, h_out) &
+        bind(C, name="fh_atomic_fetch_u32_nb")
+      import :: c_int, c_int32_t, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), intent(out), asynchronous :: value_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_fetch_u32_nb
+    end function fh_atomic_fetch_u32_nb
+
+    function fh_atomic_fetch_u64(ctx, rank, raddr, value_out) bind(C, name="fh_atomic_fetch_u64")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), intent(out) :: value_out
+      integer(c_int) :: fh_atomic_fetch_u64
+    end function fh_atomic_fetch_u64
+
+    function fh_atomic_fetch_u64_nb(ctx, rank, raddr, value_out, h_out) &
+        bind(C, name="fh_atomic_fetch_u64_nb")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), intent(out), asynchronous :: value_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_fetch_u64_nb
+    end function fh_atomic_fetch_u64_nb
+
+    function fh_atomic_fetch_i32(ctx, rank, raddr, value_out) bind(C, name="fh_atomic_fetch_i32")
+      import :: c_int, c_int32_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), intent(out) :: value_out
+      integer(c_int) :: fh_atomic_fetch_i32
+    end function fh_atomic_fetch_i32
+
+    function fh_atomic_fetch_i32_nb(ctx, rank, raddr, value_out, h_out) &
+        bind(C, name="fh_atomic_fetch_i32_nb")
+      import :: c_int, c_int32_t, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), intent(out), asynchronous :: value_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_fetch_i32_nb
+    end function fh_atomic_fetch_i32_nb
+
+    function fh_atomic_fetch_i64(ctx, rank, raddr, value_out) bind(C, name="fh_atomic_fetch_i64")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), intent(out) :: value_out
+      integer(c_int) :: fh_atomic_fetch_i64
+    end function fh_atomic_fetch_i64
+
+    function fh_atomic_fetch_i64_nb(ctx, rank, raddr, value_out, h_out) &
+        bind(C, name="fh_atomic_fetch_i64_nb")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), intent(out), asynchronous :: value_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_fetch_i64_nb
+    end function fh_atomic_fetch_i64_nb
+
+    ! atomic write
+    function fh_atomic_set_u32(ctx, rank, raddr, value) bind(C, name="fh_atomic_set_u32")
+      import :: c_int, c_int32_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int) :: fh_atomic_set_u32
+    end function fh_atomic_set_u32
+
+    function fh_atomic_set_u32_nb(ctx, rank, raddr, value, h_out) bind(C, name="fh_atomic_set_u32_nb")
+      import :: c_int, c_int32_t, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_set_u32_nb
+    end function fh_atomic_set_u32_nb
+
+    function fh_atomic_set_u64(ctx, rank, raddr, value) bind(C, name="fh_atomic_set_u64")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int) :: fh_atomic_set_u64
+    end function fh_atomic_set_u64
+
+    function fh_atomic_set_u64_nb(ctx, rank, raddr, value, h_out) bind(C, name="fh_atomic_set_u64_nb")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_set_u64_nb
+    end function fh_atomic_set_u64_nb
+
+    function fh_atomic_set_i32(ctx, rank, raddr, value) bind(C, name="fh_atomic_set_i32")
+      import :: c_int, c_int32_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int) :: fh_atomic_set_i32
+    end function fh_atomic_set_i32
+
+    function fh_atomic_set_i32_nb(ctx, rank, raddr, value, h_out) bind(C, name="fh_atomic_set_i32_nb")
+      import :: c_int, c_int32_t, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_set_i32_nb
+    end function fh_atomic_set_i32_nb
+
+    function fh_atomic_set_i64(ctx, rank, raddr, value) bind(C, name="fh_atomic_set_i64")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int) :: fh_atomic_set_i64
+    end function fh_atomic_set_i64
+
+    function fh_atomic_set_i64_nb(ctx, rank, raddr, value, h_out) bind(C, name="fh_atomic_set_i64_nb")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_set_i64_nb
+    end function fh_atomic_set_i64_nb
+
+    ! fetch-and-AND
+    function fh_atomic_fetch_and_u32(ctx, rank, raddr, value, old_out) &
+        bind(C, name="fh_atomic_fetch_and_u32")
+      import :: c_int, c_int32_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int32_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_fetch_and_u32
+    end function fh_atomic_fetch_and_u32
+
+    function fh_atomic_fetch_and_u32_nb(ctx, rank, raddr, value, old_out, h_out) &
+        bind(C, name="fh_atomic_fetch_and_u32_nb")
+      import :: c_int, c_int32_t, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int32_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_fetch_and_u32_nb
+    end function fh_atomic_fetch_and_u32_nb
+
+    function fh_atomic_fetch_and_u64(ctx, rank, raddr, value, old_out) &
+        bind(C, name="fh_atomic_fetch_and_u64")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_fetch_and_u64
+    end function fh_atomic_fetch_and_u64
+
+    function fh_atomic_fetch_and_u64_nb(ctx, rank, raddr, value, old_out, h_out) &
+        bind(C, name="fh_atomic_fetch_and_u64_nb")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_fetch_and_u64_nb
+    end function fh_atomic_fetch_and_u64_nb
+
+    function fh_atomic_fetch_and_i32(ctx, rank, raddr, value, old_out) &
+        bind(C, name="fh_atomic_fetch_and_i32")
+      import :: c_int, c_int32_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int32_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_fetch_and_i32
+    end function fh_atomic_fetch_and_i32
+
+    function fh_atomic_fetch_and_i32_nb(ctx, rank, raddr, value, old_out, h_out) &
+        bind(C, name="fh_atomic_fetch_and_i32_nb")
+      import :: c_int, c_int32_t, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int32_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_fetch_and_i32_nb
+    end function fh_atomic_fetch_and_i32_nb
+
+    function fh_atomic_fetch_and_i64(ctx, rank, raddr, value, old_out) &
+        bind(C, name="fh_atomic_fetch_and_i64")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_fetch_and_i64
+    end function fh_atomic_fetch_and_i64
+
+    function fh_atomic_fetch_and_i64_nb(ctx, rank, raddr, value, old_out, h_out) &
+        bind(C, name="fh_atomic_fetch_and_i64_nb")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_fetch_and_i64_nb
+    end function fh_atomic_fetch_and_i64_nb
+
+    ! fetch-and-OR
+    function fh_atomic_fetch_or_u32(ctx, rank, raddr, value, old_out) &
+        bind(C, name="fh_atomic_fetch_or_u32")
+      import :: c_int, c_int32_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int32_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_fetch_or_u32
+    end function fh_atomic_fetch_or_u32
+
+    function fh_atomic_fetch_or_u32_nb(ctx, rank, raddr, value, old_out, h_out) &
+        bind(C, name="fh_atomic_fetch_or_u32_nb")
+      import :: c_int, c_int32_t, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int32_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_fetch_or_u32_nb
+    end function fh_atomic_fetch_or_u32_nb
+
+    function fh_atomic_fetch_or_u64(ctx, rank, raddr, value, old_out) &
+        bind(C, name="fh_atomic_fetch_or_u64")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_fetch_or_u64
+    end function fh_atomic_fetch_or_u64
+
+    function fh_atomic_fetch_or_u64_nb(ctx, rank, raddr, value, old_out, h_out) &
+        bind(C, name="fh_atomic_fetch_or_u64_nb")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_fetch_or_u64_nb
+    end function fh_atomic_fetch_or_u64_nb
+
+    function fh_atomic_fetch_or_i32(ctx, rank, raddr, value, old_out) &
+        bind(C, name="fh_atomic_fetch_or_i32")
+      import :: c_int, c_int32_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int32_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_fetch_or_i32
+    end function fh_atomic_fetch_or_i32
+
+    function fh_atomic_fetch_or_i32_nb(ctx, rank, raddr, value, old_out, h_out) &
+        bind(C, name="fh_atomic_fetch_or_i32_nb")
+      import :: c_int, c_int32_t, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int32_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_fetch_or_i32_nb
+    end function fh_atomic_fetch_or_i32_nb
+
+    function fh_atomic_fetch_or_i64(ctx, rank, raddr, value, old_out) &
+        bind(C, name="fh_atomic_fetch_or_i64")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_fetch_or_i64
+    end function fh_atomic_fetch_or_i64
+
+    function fh_atomic_fetch_or_i64_nb(ctx, rank, raddr, value, old_out, h_out) &
+        bind(C, name="fh_atomic_fetch_or_i64_nb")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_fetch_or_i64_nb
+    end function fh_atomic_fetch_or_i64_nb
+
+    ! fetch-and-XOR
+    function fh_atomic_fetch_xor_u32(ctx, rank, raddr, value, old_out) &
+        bind(C, name="fh_atomic_fetch_xor_u32")
+      import :: c_int, c_int32_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int32_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_fetch_xor_u32
+    end function fh_atomic_fetch_xor_u32
+
+    function fh_atomic_fetch_xor_u32_nb(ctx, rank, raddr, value, old_out, h_out) &
+        bind(C, name="fh_atomic_fetch_xor_u32_nb")
+      import :: c_int, c_int32_t, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int32_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_fetch_xor_u32_nb
+    end function fh_atomic_fetch_xor_u32_nb
+
+    function fh_atomic_fetch_xor_u64(ctx, rank, raddr, value, old_out) &
+        bind(C, name="fh_atomic_fetch_xor_u64")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_fetch_xor_u64
+    end function fh_atomic_fetch_xor_u64
+
+    function fh_atomic_fetch_xor_u64_nb(ctx, rank, raddr, value, old_out, h_out) &
+        bind(C, name="fh_atomic_fetch_xor_u64_nb")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_fetch_xor_u64_nb
+    end function fh_atomic_fetch_xor_u64_nb
+
+    function fh_atomic_fetch_xor_i32(ctx, rank, raddr, value, old_out) &
+        bind(C, name="fh_atomic_fetch_xor_i32")
+      import :: c_int, c_int32_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int32_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_fetch_xor_i32
+    end function fh_atomic_fetch_xor_i32
+
+    function fh_atomic_fetch_xor_i32_nb(ctx, rank, raddr, value, old_out, h_out) &
+        bind(C, name="fh_atomic_fetch_xor_i32_nb")
+      import :: c_int, c_int32_t, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int32_t), value :: value
+      integer(c_int32_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_fetch_xor_i32_nb
+    end function fh_atomic_fetch_xor_i32_nb
+
+    function fh_atomic_fetch_xor_i64(ctx, rank, raddr, value, old_out) &
+        bind(C, name="fh_atomic_fetch_xor_i64")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out) :: old_out
+      integer(c_int) :: fh_atomic_fetch_xor_i64
+    end function fh_atomic_fetch_xor_i64
+
+    function fh_atomic_fetch_xor_i64_nb(ctx, rank, raddr, value, old_out, h_out) &
+        bind(C, name="fh_atomic_fetch_xor_i64_nb")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_int64_t), value :: value
+      integer(c_int64_t), intent(out), asynchronous :: old_out
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_atomic_fetch_xor_i64_nb
+    end function fh_atomic_fetch_xor_i64_nb
+
+
     ! ---- firehose: explicit pins and statistics ----
     function fh_local_pin(ctx, addr, len, pin_out) bind(C, name="fh_local_pin")
       import :: c_int, c_ptr, c_size_t
@@ -738,6 +1573,110 @@ module firehose
       type(c_ptr), value :: p
       integer(c_int) :: rpipe_close
     end function rpipe_close
+
+    ! ---- distributed MCS queue lock (fh_lock_t * is type(c_ptr)) ----
+    function fh_lock_create(ctx, home_rank, lock_out) bind(C, name="fh_lock_create")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: home_rank
+      type(c_ptr), intent(out) :: lock_out
+      integer(c_int) :: fh_lock_create
+    end function fh_lock_create
+
+    function fh_lock_acquire(lock) bind(C, name="fh_lock_acquire")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: lock
+      integer(c_int) :: fh_lock_acquire
+    end function fh_lock_acquire
+
+    ! FH_OK or FH_NOT_READY (held or queued for).
+    function fh_lock_try(lock) bind(C, name="fh_lock_try")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: lock
+      integer(c_int) :: fh_lock_try
+    end function fh_lock_try
+
+    function fh_lock_release(lock) bind(C, name="fh_lock_release")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: lock
+      integer(c_int) :: fh_lock_release
+    end function fh_lock_release
+
+    function fh_lock_destroy(lock) bind(C, name="fh_lock_destroy")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: lock
+      integer(c_int) :: fh_lock_destroy
+    end function fh_lock_destroy
+
+    ! ---- split-phase barrier (flags: 0 for a named id, or FH_BARRIER_ANONYMOUS) ----
+    function fh_barrier_notify(ctx, id, flags) bind(C, name="fh_barrier_notify")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int64_t), value :: id
+      integer(c_int), value :: flags
+      integer(c_int) :: fh_barrier_notify
+    end function fh_barrier_notify
+
+    function fh_barrier_wait(ctx, id, flags) bind(C, name="fh_barrier_wait")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int64_t), value :: id
+      integer(c_int), value :: flags
+      integer(c_int) :: fh_barrier_wait
+    end function fh_barrier_wait
+
+    ! FH_OK (complete), FH_NOT_READY (call again) or an error as for fh_barrier_wait.
+    function fh_barrier_try(ctx, id, flags) bind(C, name="fh_barrier_try")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int64_t), value :: id
+      integer(c_int), value :: flags
+      integer(c_int) :: fh_barrier_try
+    end function fh_barrier_try
+
+    ! ---- collectives (buffers by c_loc; dt: FH_INT32 .. FH_DOUBLE, op: FH_SUM .. FH_BXOR) ----
+    function fh_broadcast(ctx, root, buf, nbytes) bind(C, name="fh_broadcast")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: root
+      type(c_ptr), value :: buf
+      integer(c_size_t), value :: nbytes
+      integer(c_int) :: fh_broadcast
+    end function fh_broadcast
+
+    ! dst is used at root only (c_null_ptr elsewhere is fine).
+    function fh_reduce(ctx, root, src, dst, count, dt, op) bind(C, name="fh_reduce")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: root
+      type(c_ptr), value :: src
+      type(c_ptr), value :: dst
+      integer(c_size_t), value :: count
+      integer(c_int), value :: dt
+      integer(c_int), value :: op
+      integer(c_int) :: fh_reduce
+    end function fh_reduce
+
+    function fh_allreduce(ctx, src, dst, count, dt, op) bind(C, name="fh_allreduce")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: src
+      type(c_ptr), value :: dst
+      integer(c_size_t), value :: count
+      integer(c_int), value :: dt
+      integer(c_int), value :: op
+      integer(c_int) :: fh_allreduce
+    end function fh_allreduce
+
+    ! dst holds nbytes * fh_size(ctx) bytes; rank i's bytes land at offset i * nbytes.
+    function fh_allgather(ctx, src, nbytes, dst) bind(C, name="fh_allgather")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: src
+      integer(c_size_t), value :: nbytes
+      type(c_ptr), value :: dst
+      integer(c_int) :: fh_allgather
+    end function fh_allgather
   end interface
 
 contains

@@ -7,7 +7,22 @@
 ! between ranks 0 and 1 (half duplex, 0 writes: rpipe_rmalloc of 10 c_int, filled
 ! through rpipe_rmem + c_f_pointer, rpipe_rwrite; 1 rpipe_rread, checks length and
 ! values, rpipe_rfree, and a second rpipe_rfree is refused; rpipe_stats into the
-! rpipe_stats_t derived type; rpipe_close; ranks >= 2 sit it out), fh_finalize.
+! rpipe_stats_t derived type; rpipe_close; ranks >= 2 sit it out), then the
+! synchronisation calls (issue 6) on words of an fh_malloc area at rank 0:
+! fh_allgather of the area addresses (checked against MPI_Allgather); every rank
+! fh_atomic_fetch_add_i64 (blocking and _nb + fh_wait) on one counter, the
+! fetched old values of all ranks forming exactly 0 .. total-1; one
+! fh_atomic_cas_i64 race with exactly one winner (fh_allreduce FH_INT32 FH_SUM of
+! the wins) that every rank then fetches; a u32 compare&swap increment loop;
+! fh_lock_create / acquire / release around a non-atomic fh_get + fh_put
+! increment (any lost update fails), fh_lock_try / a second release (FH_ERR_STATE)
+! / fh_lock_destroy; split-phase fh_barrier_notify / wait (named id) and
+! notify / try (FH_BARRIER_ANONYMOUS) with a deliberately late last rank, each
+! proven by an arrival counter every rank reads after the barrier, plus the
+! FH_ERR_STATE cases; fh_broadcast of real(c_double) from every root;
+! fh_allreduce of real(c_double) (FH_SUM, FH_MAX; exact values, bit-identical to
+! MPI_Allreduce), fh_reduce FH_MIN to a non-zero root with c_null_ptr elsewhere,
+! and fh_allgather of integer(c_int32_t). Then fh_finalize.
 ! Prints "PASS fortran" on rank 0; any failure is `error stop 1`.
 module test_basic_state
   use firehose
@@ -94,6 +109,16 @@ contains
       call MPI_Test(req, done, MPI_STATUS_IGNORE, ierr)
     end do
   end subroutine poll_barrier
+
+  ! Busy for `seconds` without calling the library.
+  subroutine spin(seconds)
+    use mpi
+    double precision, intent(in) :: seconds
+    double precision :: t
+    t = MPI_Wtime()
+    do while (MPI_Wtime() - t < seconds)
+    end do
+  end subroutine spin
 end module test_basic_state
 
 program test_basic
@@ -122,6 +147,23 @@ program test_basic
   integer(c_int64_t) :: raddr
   integer(c_size_t) :: rlen
   integer(c_int), pointer :: iv(:)
+  ! issue 6: synchronisation
+  integer, parameter :: nadd = 40, ncas = 10, nlock = 200, nbc = 37, nred = 64, ngat = 3
+  integer(c_size_t), parameter :: sync_bytes = 128
+  type(c_ptr) :: sync_area, r0word, lock
+  integer(c_int64_t), pointer :: sw(:)
+  integer(c_int32_t), pointer :: sw32(:)
+  integer(c_intptr_t), allocatable, target :: saddrs(:), saddrs_mpi(:)
+  integer(c_intptr_t), target :: smine
+  integer(c_int64_t), target :: olds(nadd), oldv, v64
+  integer(c_int64_t), allocatable, target :: all_olds(:)
+  integer(c_int64_t), asynchronous :: old_nb
+  logical, allocatable :: seen(:)
+  integer(c_int32_t), target :: won, nwon, o32, e32, gat(ngat)
+  integer(c_int32_t), allocatable, target :: all_gat(:)
+  integer(c_int) :: rc
+  integer :: root, polls, tries
+  real(c_double), target :: bc(nbc), rsrc(nred), rdst(nred), rmpi(nred), rmin(nred)
 
   call MPI_Init(ierr)
   call MPI_Comm_rank(MPI_COMM_WORLD, mpi_me, ierr)
@@ -314,6 +356,202 @@ program test_basic
     call check_rc(rpipe_stats(pipe, c_loc(pst)), FH_ERR_STATE, "rpipe_stats after rpipe_close")
   end if
 
+  ! ---- issue 6: atomics, lock, split-phase barrier, collectives ----
+  ! Words of rank 0's area: sw(1) fetch&add counter, sw(2) compare&swap word,
+  ! sw(3) lock-protected plain counter, sw(4) arrivals at barrier 1, sw(5) at
+  ! barrier 2, sw32(11) the u32 compare&swap counter.
+  sync_area = fh_malloc(ctx, sync_bytes)
+  call check(c_associated(sync_area), "fh_malloc (sync area)")
+  call c_f_pointer(sync_area, sw, [sync_bytes / 8])
+  call c_f_pointer(sync_area, sw32, [sync_bytes / 4])
+  sw = 0
+  sw(2) = -1
+  smine = transfer(sync_area, smine)
+  allocate (saddrs(0:np - 1), saddrs_mpi(0:np - 1))
+  saddrs = 0
+  call check_rc(fh_allgather(ctx, c_loc(smine), c_sizeof(smine), c_loc(saddrs)), FH_OK, "fh_allgather (addresses)")
+  call MPI_Allgather(smine, 1, MPI_INTEGER8, saddrs_mpi, 1, MPI_INTEGER8, MPI_COMM_WORLD, ierr)
+  call check(all(saddrs == saddrs_mpi), "fh_allgather of addresses differs from MPI_Allgather")
+  call check_rc(fh_barrier(ctx), FH_OK, "fh_barrier (sync area ready)")
+
+  ! fetch&add: every rank takes nadd tickets from rank 0's counter (the last one
+  ! with the _nb form); the old values of all ranks are exactly 0 .. np*nadd-1.
+  r0word = transfer(saddrs(0), r0word)
+  do k = 1, nadd - 1
+    call check_rc(fh_atomic_fetch_add_i64(ctx, 0_c_int, r0word, 1_c_int64_t, olds(k)), FH_OK, &
+                  "fh_atomic_fetch_add_i64")
+  end do
+  h = -7_c_int64_t
+  old_nb = -1
+  call check_rc(fh_atomic_fetch_add_i64_nb(ctx, 0_c_int, r0word, 1_c_int64_t, old_nb, h), FH_OK, &
+                "fh_atomic_fetch_add_i64_nb")
+  call check(h /= -7_c_int64_t, "fh_atomic_fetch_add_i64_nb did not write the handle")
+  call check_rc(fh_wait(ctx, h), FH_OK, "fh_wait (atomic _nb)")
+  olds(nadd) = old_nb
+  allocate (all_olds(np * nadd), seen(0:np * nadd - 1))
+  call check_rc(fh_allgather(ctx, c_loc(olds), c_sizeof(olds), c_loc(all_olds)), FH_OK, "fh_allgather (olds)")
+  call check(all(all_olds(me * nadd + 1:(me + 1) * nadd) == olds), "fh_allgather: own block differs")
+  seen = .false.
+  do k = 1, np * nadd
+    if (all_olds(k) < 0 .or. all_olds(k) >= np * nadd) call fail("fetch&add: old value out of range")
+    if (seen(all_olds(k))) call fail("fetch&add: two ranks got the same old value (lost atomicity)")
+    seen(all_olds(k)) = .true.
+  end do
+  call check_rc(fh_barrier(ctx), FH_OK, "fh_barrier (after fetch&add)")
+  call check_rc(fh_atomic_fetch_i64(ctx, 0_c_int, r0word, v64), FH_OK, "fh_atomic_fetch_i64")
+  call check(v64 == int(np * nadd, c_int64_t), "fetch&add counter: wrong final value")
+
+  ! compare&swap race on sw(2) (starts at -1): exactly one rank wins.
+  r0word = transfer(saddrs(0) + 8, r0word)
+  oldv = -99
+  call check_rc(fh_atomic_cas_i64(ctx, 0_c_int, r0word, -1_c_int64_t, int(me, c_int64_t), oldv), FH_OK, &
+                "fh_atomic_cas_i64")
+  won = merge(1_c_int32_t, 0_c_int32_t, oldv == -1_c_int64_t)
+  if (won == 0) call check(oldv >= 0 .and. oldv < np, "cas: a loser saw a value no rank wrote")
+  nwon = -1
+  call check_rc(fh_allreduce(ctx, c_loc(won), c_loc(nwon), 1_c_size_t, FH_INT32, FH_SUM), FH_OK, &
+                "fh_allreduce (cas winners)")
+  call check(nwon == 1, "cas: not exactly one winner")
+  call check_rc(fh_atomic_fetch_i64(ctx, 0_c_int, r0word, v64), FH_OK, "fh_atomic_fetch_i64 (cas word)")
+  if (won == 1) call check(v64 == me, "cas: the winner's value is not in the word")
+  if (won == 0) call check(v64 == oldv, "cas: a loser saw another value than the winner's")
+  ! A failing cas leaves the word alone.
+  call check_rc(fh_atomic_cas_i64(ctx, 0_c_int, r0word, -5_c_int64_t, 77_c_int64_t, oldv), FH_OK, &
+                "fh_atomic_cas_i64 (failing)")
+  call check(oldv == v64, "failing cas: wrong old value")
+
+  ! u32 compare&swap increment loop on sw32(11).
+  r0word = transfer(saddrs(0) + 40, r0word)
+  do k = 1, ncas
+    call check_rc(fh_atomic_fetch_u32(ctx, 0_c_int, r0word, e32), FH_OK, "fh_atomic_fetch_u32")
+    tries = 0
+    do
+      call check_rc(fh_atomic_cas_u32(ctx, 0_c_int, r0word, e32, e32 + 1_c_int32_t, o32), FH_OK, &
+                    "fh_atomic_cas_u32")
+      if (o32 == e32) exit
+      e32 = o32
+      tries = tries + 1
+      if (tries > 1000000) call fail("u32 cas loop does not make progress")
+    end do
+  end do
+  call check_rc(fh_barrier(ctx), FH_OK, "fh_barrier (after cas)")
+  if (me == 0) call check(sw32(11) == int(np * ncas, c_int32_t), "u32 cas counter: wrong final value")
+
+  ! MCS lock at rank 0 around a non-atomic get + put increment of sw(3).
+  lock = c_null_ptr
+  call check_rc(fh_lock_create(ctx, 0_c_int, lock), FH_OK, "fh_lock_create")
+  call check(c_associated(lock), "fh_lock_create gave a NULL lock")
+  remote = transfer(saddrs(0) + 16, remote)
+  do k = 1, nlock
+    call check_rc(fh_lock_acquire(lock), FH_OK, "fh_lock_acquire")
+    call check_rc(fh_get(ctx, c_loc(v64), 0_c_int, remote, 8_c_size_t), FH_OK, "fh_get (under lock)")
+    v64 = v64 + 1
+    call check_rc(fh_put(ctx, 0_c_int, remote, c_loc(v64), 8_c_size_t), FH_OK, "fh_put (under lock)")
+    call check_rc(fh_lock_release(lock), FH_OK, "fh_lock_release")
+  end do
+  call check_rc(fh_lock_release(lock), FH_ERR_STATE, "fh_lock_release of a lock not held")
+  call check_rc(fh_barrier(ctx), FH_OK, "fh_barrier (after lock loop)")
+  if (me == 0) then
+    call check(sw(3) == int(np * nlock, c_int64_t), "lock: lost update in the critical section")
+    call check_rc(fh_lock_try(lock), FH_OK, "fh_lock_try on a free lock")
+    call check_rc(fh_lock_release(lock), FH_OK, "fh_lock_release after fh_lock_try")
+  end if
+  call check_rc(fh_barrier(ctx), FH_OK, "fh_barrier (before fh_lock_destroy)")
+  call check_rc(fh_lock_destroy(lock), FH_OK, "fh_lock_destroy")
+  call check_rc(fh_lock_acquire(lock), FH_ERR_STATE, "fh_lock_acquire after fh_lock_destroy")
+
+  ! Split-phase barrier, named id: the last rank arrives late; every rank added 1
+  ! to sw(4) before notifying, so after the wait everyone reads np.
+  call check_rc(fh_barrier_wait(ctx, 42_c_int64_t, 0_c_int), FH_ERR_STATE, "fh_barrier_wait without notify")
+  if (me == np - 1) call spin(0.05d0)
+  r0word = transfer(saddrs(0) + 24, r0word)
+  call check_rc(fh_atomic_add_i64(ctx, 0_c_int, r0word, 1_c_int64_t), FH_OK, "fh_atomic_add_i64 (arrival 1)")
+  call check_rc(fh_barrier_notify(ctx, 42_c_int64_t, 0_c_int), FH_OK, "fh_barrier_notify (id 42)")
+  call check_rc(fh_barrier_notify(ctx, 42_c_int64_t, 0_c_int), FH_ERR_STATE, "second fh_barrier_notify")
+  call check_rc(fh_barrier_wait(ctx, 42_c_int64_t, 0_c_int), FH_OK, "fh_barrier_wait (id 42)")
+  call check_rc(fh_atomic_fetch_i64(ctx, 0_c_int, r0word, v64), FH_OK, "fh_atomic_fetch_i64 (arrival 1)")
+  call check(v64 == np, "named split-phase barrier: a rank left before all arrived")
+
+  ! Split-phase barrier, anonymous, completed by polling fh_barrier_try.
+  if (me == np - 1) call spin(0.05d0)
+  r0word = transfer(saddrs(0) + 32, r0word)
+  call check_rc(fh_atomic_add_i64(ctx, 0_c_int, r0word, 1_c_int64_t), FH_OK, "fh_atomic_add_i64 (arrival 2)")
+  call check_rc(fh_barrier_notify(ctx, 0_c_int64_t, FH_BARRIER_ANONYMOUS), FH_OK, "fh_barrier_notify (anonymous)")
+  polls = 0
+  t0 = MPI_Wtime()
+  do
+    rc = fh_barrier_try(ctx, 0_c_int64_t, FH_BARRIER_ANONYMOUS)
+    if (rc == FH_OK) exit
+    call check_rc(rc, FH_NOT_READY, "fh_barrier_try")
+    polls = polls + 1
+    if (MPI_Wtime() - t0 > 60.0d0) call fail("fh_barrier_try never completed")
+  end do
+  call check_rc(fh_atomic_fetch_i64(ctx, 0_c_int, r0word, v64), FH_OK, "fh_atomic_fetch_i64 (arrival 2)")
+  call check(v64 == np, "anonymous split-phase barrier: a rank left before all arrived")
+  if (np > 1 .and. me /= np - 1) call check(polls > 0, "fh_barrier_try was ready before the late rank arrived")
+
+  ! Broadcast from every root.
+  do root = 0, np - 1
+    do i = 1, nbc
+      bc(i) = merge(real(root, c_double) * 100.0_c_double + real(i, c_double) * 0.5_c_double, &
+                    -1.0_c_double, me == root)
+    end do
+    call check_rc(fh_broadcast(ctx, int(root, c_int), c_loc(bc), c_sizeof(bc)), FH_OK, "fh_broadcast")
+    do i = 1, nbc
+      if (bc(i) /= real(root, c_double) * 100.0_c_double + real(i, c_double) * 0.5_c_double) &
+        call fail("fh_broadcast: wrong value")
+    end do
+  end do
+
+  ! Allreduce of doubles: exact values, identical to MPI_Allreduce.
+  do i = 1, nred
+    rsrc(i) = real(me, c_double) + real(i, c_double) * 0.25_c_double
+  end do
+  rdst = 0
+  call check_rc(fh_allreduce(ctx, c_loc(rsrc), c_loc(rdst), int(nred, c_size_t), FH_DOUBLE, FH_SUM), FH_OK, &
+                "fh_allreduce FH_DOUBLE FH_SUM")
+  call MPI_Allreduce(rsrc, rmpi, nred, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD, ierr)
+  do i = 1, nred
+    if (rdst(i) /= real(np * (np - 1) / 2, c_double) + real(np, c_double) * real(i, c_double) * 0.25_c_double) &
+      call fail("fh_allreduce FH_SUM: wrong value")
+  end do
+  call check(all(rdst == rmpi), "fh_allreduce FH_SUM differs from MPI_Allreduce")
+  call check_rc(fh_allreduce(ctx, c_loc(rsrc), c_loc(rdst), int(nred, c_size_t), FH_DOUBLE, FH_MAX), FH_OK, &
+                "fh_allreduce FH_DOUBLE FH_MAX")
+  do i = 1, nred
+    if (rdst(i) /= real(np - 1, c_double) + real(i, c_double) * 0.25_c_double) &
+      call fail("fh_allreduce FH_MAX: wrong value")
+  end do
+  call check_rc(fh_allreduce(ctx, c_loc(rsrc), c_loc(rdst), int(nred, c_size_t), FH_DOUBLE, FH_BXOR), &
+                FH_ERR_INVALID_ARG, "fh_allreduce FH_DOUBLE FH_BXOR")
+  ! Reduce FH_MIN to the last rank; dst is c_null_ptr on the others.
+  rmin = -1
+  if (me == np - 1) then
+    call check_rc(fh_reduce(ctx, int(np - 1, c_int), c_loc(rsrc), c_loc(rmin), int(nred, c_size_t), FH_DOUBLE, &
+                            FH_MIN), FH_OK, "fh_reduce FH_MIN (root)")
+    do i = 1, nred
+      if (rmin(i) /= real(i, c_double) * 0.25_c_double) call fail("fh_reduce FH_MIN: wrong value")
+    end do
+  else
+    call check_rc(fh_reduce(ctx, int(np - 1, c_int), c_loc(rsrc), c_null_ptr, int(nred, c_size_t), FH_DOUBLE, &
+                            FH_MIN), FH_OK, "fh_reduce FH_MIN")
+  end if
+
+  ! Allgather of integer(c_int32_t).
+  do k = 1, ngat
+    gat(k) = int(10 * me + k, c_int32_t)
+  end do
+  allocate (all_gat(ngat * np))
+  all_gat = -1
+  call check_rc(fh_allgather(ctx, c_loc(gat), c_sizeof(gat), c_loc(all_gat)), FH_OK, "fh_allgather (int32)")
+  do i = 0, np - 1
+    do k = 1, ngat
+      if (all_gat(i * ngat + k) /= int(10 * i + k, c_int32_t)) call fail("fh_allgather: wrong value")
+    end do
+  end do
+
+  call check_rc(fh_barrier(ctx), FH_OK, "fh_barrier (end of issue 6 section)")
+  call fh_free(ctx, sync_area)
   call fh_free(ctx, heap)
   call check_rc(fh_finalize(ctx), FH_OK, "fh_finalize")
   call check_rc(fh_poll(ctx), FH_ERR_STATE, "fh_poll after fh_finalize")

@@ -881,6 +881,22 @@ impl MpiConduit {
         Ok(Some(r))
     }
 
+    /// Enter MPI's progress engine once (an `MPI_Iprobe` on the AM communicator).
+    fn nudge_mpi(&self) {
+        let _s = self.serial();
+        let mut flag: c_int = 0;
+        // SAFETY: probing our own communicator; the status is ignored.
+        unsafe {
+            ffi::MPI_Iprobe(
+                ffi::RSMPI_ANY_SOURCE,
+                ffi::RSMPI_ANY_TAG,
+                self.am_comm.0,
+                &mut flag,
+                ffi::RSMPI_STATUS_IGNORE,
+            );
+        }
+    }
+
     /// One `MPI_Compare_and_swap` + flush on the word; returns the old value.
     fn cas_once(&self, rank: usize, raddr: usize, w: Width, compare: u64, new: u64) -> Result<u64> {
         let (win, disp, _) = self.resolve(rank, raddr, w.bytes());
@@ -1281,7 +1297,11 @@ impl Conduit for MpiConduit {
             // atomics (btl_vader_sc_emu.c), so our own CPU atomic on the word is
             // atomic with them.
             // SAFETY: our own address, accessible (caller's contract) and aligned.
-            return Ok(unsafe { super::cpu_atomic(raddr as *mut u8, w, op) });
+            let v = unsafe { super::cpu_atomic(raddr as *mut u8, w, op) };
+            // Those remote operations are applied only when we enter MPI: a rank
+            // hammering its own words must not starve its peers' operations on them.
+            self.nudge_mpi();
+            return Ok(v);
         }
         let slot = &self.guess[guess_slot(rank, raddr)];
         let mut guess = slot.load(Ordering::Relaxed);
