@@ -70,6 +70,29 @@
 # (default "lat policy random") picks modes. The library heap it needs (lat: about
 # 16 MiB per rank) fits the default FH_HEAP_SIZE (32M); bench_rpipe lat sets
 # FH_HEAP_SIZE=48M itself when it is unset. About 10 s per run on an idle machine.
+#
+# bench_sync (issue 6, seed 004's NIC-style synchronisation) runs in its own section,
+# $SYNC_BENCH_RUNS times (default 3), each run one launch per mode and rank count (see
+# bench/bench_sync.c; every launch interleaves firehose and its MPI baselines and
+# reports medians of many reps), results in <outdir>/sync/run<i>/<label>/ (out.txt =
+# the printed report, bench_sync_*.csv) and, merged over the runs (plus a "run"
+# column), in <outdir>/sync/:
+#   atomic  2 ranks, and again with FH_SHM=0: fh_atomic_fetch_add/cas_u64 vs
+#           MPI_Fetch_and_op / MPI_Compare_and_swap + flush on MPI_Win_allocate,
+#           MPI_Win_create and MPI_Win_allocate_shared windows (target <= 1.10)
+#   lock    at each rank count of $SYNC_BENCH_LOCK_NPS (default 8): acquire +
+#           critical section + release with 1..np contenders vs a CAS spin lock and an
+#           MPI_Win_lock(EXCLUSIVE) mutex (target: fh >= 2x faster than the mutex at
+#           4..8 contenders), and seed 004 Fig. 5.8 (compute the lock's home gets done)
+#   barrier at each rank count of $SYNC_BENCH_NPS (default "2 4 8"): fh_barrier vs
+#           MPI_Barrier (<= 1.2; tree and mpi algorithms for information) and the
+#           split-phase barrier with one late rank (CPU left to the others)
+#   coll    at each of $SYNC_BENCH_NPS: fh_broadcast / fh_allreduce vs MPI_Bcast /
+#           MPI_Allreduce at 8 B .. 16 MiB (<= 1.2), postal tree vs binomial tree
+# <outdir>/sync/summary.txt has the medians over the runs, headline.txt the targets
+# and the split-phase table. BENCH_SYNC=0 skips it, BENCH_SYNC=only runs nothing else;
+# BENCH_SYNC_MODES (default "atomic lock barrier coll") picks modes. About 40-50 s per
+# run on an idle 2-core machine.
 set -u
 bindir=${1:?usage: run-bench.sh <bindir> <outdir>}
 outdir=${2:?usage: run-bench.sh <bindir> <outdir>}
@@ -86,10 +109,12 @@ for b in "$bindir"/bench_*; do
   [ "${BENCH_FIREHOSE:-1}" = only ] && break
   [ "${BENCH_SMP:-1}" = only ] && break
   [ "${BENCH_RPIPE:-1}" = only ] && break
-  case "$(basename "$b")" in bench_firehose | bench_smp | bench_rpipe) continue ;; esac
+  [ "${BENCH_SYNC:-1}" = only ] && break
+  case "$(basename "$b")" in bench_firehose | bench_smp | bench_rpipe | bench_sync) continue ;; esac
   [ -x "$b" ] && benches+=("$b")
 done
 [ ${#benches[@]} -gt 0 ] || [ -x "$bindir/bench_firehose" ] || [ -x "$bindir/bench_smp" ] || [ -x "$bindir/bench_rpipe" ] ||
+  [ -x "$bindir/bench_sync" ] ||
   { echo "run-bench: no bench_* programs in $bindir" >&2; exit 1; }
 
 echo "firehose benchmarks: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(nproc) cores, load average$(uptime | sed 's/.*load average//')"
@@ -142,7 +167,7 @@ done
 fh_bin=$bindir/bench_firehose
 fdir=$outdir/firehose
 if [ -x "$fh_bin" ] && [ "${BENCH_FIREHOSE:-1}" != 0 ] && [ "${BENCH_SMP:-1}" != only ] &&
-   [ "${BENCH_RPIPE:-1}" != only ]; then
+   [ "${BENCH_RPIPE:-1}" != only ] && [ "${BENCH_SYNC:-1}" != only ]; then
   here=$(cd "$(dirname "$0")" && pwd)
   np=${FH_BENCH_NP:-2}
   fruns=${FH_BENCH_RUNS:-3}
@@ -222,7 +247,7 @@ fi
 smp_bin=$bindir/bench_smp
 sdir=$outdir/smp
 if [ -x "$smp_bin" ] && [ "${BENCH_SMP:-1}" != 0 ] && [ "${BENCH_FIREHOSE:-1}" != only ] &&
-   [ "${BENCH_RPIPE:-1}" != only ]; then
+   [ "${BENCH_RPIPE:-1}" != only ] && [ "${BENCH_SYNC:-1}" != only ]; then
   rm -rf "$sdir"
   mkdir -p "$sdir"
   smp_start=$(date +%s)
@@ -302,7 +327,7 @@ target() { # summary-file benchmark size target label
 rp_bin=$bindir/bench_rpipe
 rpdir=$outdir/rpipe
 if [ -x "$rp_bin" ] && [ "${BENCH_RPIPE:-1}" != 0 ] && [ "${BENCH_FIREHOSE:-1}" != only ] &&
-   [ "${BENCH_SMP:-1}" != only ]; then
+   [ "${BENCH_SMP:-1}" != only ] && [ "${BENCH_SYNC:-1}" != only ]; then
   rm -rf "$rpdir"
   mkdir -p "$rpdir"
   rp_start=$(date +%s)
@@ -378,6 +403,107 @@ if [ -x "$rp_bin" ] && [ "${BENCH_RPIPE:-1}" != 0 ] && [ "${BENCH_FIREHOSE:-1}" 
   echo "bench_rpipe: $(( $(date +%s) - rp_start )) s in all; summary: $rpdir/summary.txt"
 fi
 
+# ------------------------------------------------------------ sync (issue 6)
+sy_bin=$bindir/bench_sync
+sydir=$outdir/sync
+if [ -x "$sy_bin" ] && [ "${BENCH_SYNC:-1}" != 0 ] && [ "${BENCH_FIREHOSE:-1}" != only ] &&
+   [ "${BENCH_SMP:-1}" != only ] && [ "${BENCH_RPIPE:-1}" != only ]; then
+  rm -rf "$sydir"
+  mkdir -p "$sydir"
+  sy_start=$(date +%s)
+  syruns=${SYNC_BENCH_RUNS:-3}
+  sy_run() { # run label dir np mode [VAR=value...] (report in <dir>/<label>/out.txt; run 1 also printed)
+    local run=$1 label=$2 dir=$3/$2 np=$4 mode=$5 rc
+    shift 5
+    mkdir -p "$dir"
+    if [ "$run" = 1 ]; then
+      echo; echo "################ bench_sync $mode, $np ranks${*:+ ($*)} (run 1 of $syruns)"
+      # shellcheck disable=SC2086 # MPIEXEC holds a command and its flags
+      timeout "$TIMEOUT" env "$@" $MPIEXEC -np "$np" "$sy_bin" "$mode" "$dir" > >(tee "$dir/out.txt") \
+        2> >(tee "$dir/err.txt" >&2)
+    else
+      # shellcheck disable=SC2086
+      timeout "$TIMEOUT" env "$@" $MPIEXEC -np "$np" "$sy_bin" "$mode" "$dir" >"$dir/out.txt" 2>"$dir/err.txt"
+    fi
+    rc=$?
+    if [ "$rc" != 0 ]; then
+      echo "FAIL: bench_sync $label (run $run) exited with status $rc" >&2
+      tail -20 "$dir/err.txt" >&2
+      fail=$((fail+1))
+    else
+      [ "$run" = 1 ] || echo "run $run: bench_sync $label ok (loadavg $(cut -d' ' -f1 /proc/loadavg))"
+    fi
+  }
+  for ((i = 1; i <= syruns; i++)); do
+    echo "sync run $i: loadavg $(cut -d' ' -f1-4 /proc/loadavg) at start" >>"$outdir/load.txt"
+    for m in ${BENCH_SYNC_MODES:-atomic lock barrier coll}; do
+      case $m in
+      atomic)
+        sy_run "$i" atomic "$sydir/run$i" 2 atomic
+        sy_run "$i" atomic_shm0 "$sydir/run$i" 2 atomic FH_SHM=0 ;;
+      lock)
+        for np in ${SYNC_BENCH_LOCK_NPS:-8}; do sy_run "$i" "lock_np$np" "$sydir/run$i" "$np" lock; done ;;
+      barrier | coll)
+        for np in ${SYNC_BENCH_NPS:-2 4 8}; do sy_run "$i" "${m}_np$np" "$sydir/run$i" "$np" "$m"; done ;;
+      *) echo "run-bench: unknown bench_sync mode '$m'" >&2; fail=$((fail+1)) ;;
+      esac
+    done
+  done
+  # Merge over the runs and launches: the program's columns plus "run".
+  sy_csvs=()
+  for name in bench_sync_atomic bench_sync_lock bench_sync_fig58 bench_sync_barrier bench_sync_split bench_sync_coll; do
+    out=$sydir/$name.csv
+    rm -f "$out"
+    for f in "$sydir"/run*/*/"$name.csv"; do
+      [ -f "$f" ] || continue
+      ri=${f#"$sydir"/run}; ri=${ri%%/*}
+      [ -f "$out" ] || echo "$(head -1 "$f"),run" >"$out"
+      tail -n +2 "$f" | sed "s/\$/,$ri/" >>"$out"
+    done
+    [ -f "$out" ] && [ "$name" != bench_sync_split ] && sy_csvs+=("$out")
+  done
+  if [ ${#sy_csvs[@]} -gt 0 ]; then
+    summarise "${sy_csvs[@]}" >"$sydir/summary.txt"
+    {
+      echo "sync targets (fh time / baseline time, median over $syruns runs; lower is better):"
+      target "$sydir/summary.txt" atomic_fadd 8 1.10 "fh_atomic_fetch_add vs MPI_Fetch_and_op (allocate)"
+      target "$sydir/summary.txt" atomic_cas_vs_create 8 1.10 "fh_atomic_cas vs MPI_Compare_and_swap (create)"
+      target "$sydir/summary.txt" atomic_cas_vs_shared 8 1.10 "fh_atomic_cas vs MPI_Compare_and_swap (shared)"
+      target "$sydir/summary.txt" atomic_fadd_shm0 8 1.10 "FH_SHM=0 fetch_add vs MPI_Fetch_and_op (allocate)"
+      target "$sydir/summary.txt" atomic_fadd_vs_create_shm0 8 1.10 "FH_SHM=0 fetch_add vs MPI_Fetch_and_op (create)"
+      target "$sydir/summary.txt" atomic_cas_vs_create_shm0 8 1.10 "FH_SHM=0 cas vs MPI_Compare_and_swap (create)"
+      for np in ${SYNC_BENCH_LOCK_NPS:-8}; do
+        for k in 2 4 6 8; do
+          [ "$k" -le "$np" ] || continue
+          target "$sydir/summary.txt" "lock_vs_mutex_np$np" "$k" 0.5 "lock, $k contenders: fh / MPI_Win_lock mutex"
+        done
+      done
+      for np in ${SYNC_BENCH_NPS:-2 4 8}; do
+        target "$sydir/summary.txt" "barrier_np$np" 0 1.2 "fh_barrier vs MPI_Barrier, $np ranks"
+      done
+      for np in ${SYNC_BENCH_NPS:-2 4 8}; do
+        for s in 8 1024 65536 1048576 16777216; do
+          target "$sydir/summary.txt" "bcast_np$np" "$s" 1.2 "fh_broadcast $s B vs MPI_Bcast, $np ranks"
+        done
+      done
+      for np in ${SYNC_BENCH_NPS:-2 4 8}; do
+        for s in 8 1024 65536 1048576 16777216; do
+          target "$sydir/summary.txt" "allreduce_np$np" "$s" 1.2 "fh_allreduce $s B vs MPI_Allreduce, $np ranks"
+        done
+      done
+      echo "  (lock rows: ratio <= 0.5 means fh is >= 2x faster than the mutex. Fig. 5.8 rows in summary.txt:"
+      echo "   fig58_home_chunk_vs_* = time per home compute chunk under the fh lock / under the other; < 1 is better.)"
+      if [ -f "$sydir/bench_sync_split.csv" ]; then
+        echo
+        echo "split-phase barrier with one late rank (every run; app_over_reference: 1 = the others computed as"
+        echo "much as they could without a barrier):"
+        column -s, -t "$sydir/bench_sync_split.csv" | sed 's/^/  /'
+      fi
+    } >"$sydir/headline.txt"
+  fi
+  echo "bench_sync: $(( $(date +%s) - sy_start )) s in all; summary: $sydir/summary.txt"
+fi
+
 csvs=()
 for b in "${benches[@]}"; do [ -f "$outdir/$(basename "$b").csv" ] && csvs+=("$outdir/$(basename "$b").csv"); done
 for f in "$fdir/bench_firehose_hit.csv" "$fdir/bench_firehose_miss.csv"; do [ -f "$f" ] && csvs+=("$f"); done
@@ -415,6 +541,12 @@ if [ -f "$rpdir/summary.txt" ]; then
   echo "################ rpipe (bench_rpipe; medians over the runs; all rows: $rpdir/summary.txt)"
   cat "$rpdir/summary.txt"
   cat "$rpdir/headline.txt"
+fi
+if [ -f "$sydir/summary.txt" ]; then
+  echo
+  echo "################ sync (bench_sync; medians over the runs; all rows: $sydir/summary.txt)"
+  cat "$sydir/summary.txt"
+  cat "$sydir/headline.txt"
 fi
 echo "load average at the end$(uptime | sed 's/.*load average//')"
 [ "$fail" = 0 ] || { echo "run-bench: $fail benchmark run(s) failed" >&2; exit 1; }

@@ -23,8 +23,8 @@ for t in "$dir"/*; do
   done
 done
 
-# Firehose runs with settings from the environment (skipped when the binary is
-# missing or the rank count is not in $NPS, so MPICH runs the 2-rank ones only).
+# Runs with settings from the environment (skipped when the binary is missing or
+# the rank count exceeds the largest of $NPS, so MPICH runs the 2-rank ones only).
 # extra NAME NP MEMLOCK VAR=VALUE...   MEMLOCK: ulimit -l in KiB, or - to keep it.
 # Open MPI gets each VAR with -x as well (needed on remote nodes; MPICH's launcher
 # passes the whole environment).
@@ -32,7 +32,9 @@ extra() {
   local name=$1 np=$2 memlock=$3; shift 3
   local t="$dir/$name" v xs=()
   [ -x "$t" ] || return 0
-  case " $NPS " in *" $np "*) ;; *) return 0 ;; esac
+  local max=0 x
+  for x in $NPS; do [ "$x" -gt "$max" ] && max=$x; done
+  [ "$np" -le "$max" ] || return 0
   [ "${MPI:-}" = mpich ] || for v in "$@"; do xs+=(-x "${v%%=*}"); done
   local label="$name np=$np $*"
   [ "$memlock" = - ] || label="$label ulimit -l $memlock"
@@ -61,6 +63,14 @@ extra test_firehose 2 - FH_REGISTRATION=pin-everything FH_FIREHOSE_M=16M FH_TEST
 extra test_rpipe 2 - FH_SHM=0
 extra test_ring 4 - FH_SHM=0
 extra test_firehose 2 - FH_SHM=0 "${SMALL[@]}"
+# Atomics and locks: every operation an MPI compare-and-swap (the mixed-operation
+# atomicity path), and with the progress thread.
+for np in 2 4; do
+  extra test_atomic "$np" - FH_SHM=0
+  extra test_lock "$np" - FH_SHM=0
+done
+extra test_atomic 4 - FH_PROGRESS=thread
+extra test_lock 4 - FH_PROGRESS=thread
 # Keeping strategies with a small M run out with FH_ERR_NO_RESOURCE, cleanly.
 extra test_fh_limits_np2 2 - FH_REGISTRATION=pin-everything "${SMALL[@]}"
 extra test_fh_limits_np2 2 - FH_REGISTRATION=rendezvous-keep "${SMALL[@]}"
@@ -74,6 +84,22 @@ extra test_fh_threads 2 - FH_FIREHOSE_MODE=page FH_FIREHOSE_M=32K
 extra test_fh_threads 4 - FH_FIREHOSE_MODE=page FH_FIREHOSE_M=48K
 extra test_fh_threads 2 - FH_FIREHOSE_MODE=page FH_FIREHOSE_M=32K FH_FIREHOSE_MAXVICTIM_M=16K
 extra test_fh_threads 4 - FH_FIREHOSE_MODE=page FH_FIREHOSE_M=48K FH_FIREHOSE_MAXVICTIM_M=16K
+# Barriers with the other algorithms (and with atomics through MPI RMA, and with the
+# progress thread advancing barriers concurrently); collectives on the binomial tree
+# and through MPI RMA.
+extra test_barrier 4 - FH_BARRIER=tree
+extra test_barrier 8 - FH_BARRIER=tree
+extra test_barrier 4 - FH_BARRIER=mpi
+extra test_barrier 4 - FH_SHM=0
+extra test_barrier 4 - FH_PROGRESS=thread
+extra test_coll 4 - FH_BCAST_LAMBDA=1
+extra test_coll 4 - FH_SHM=0
+# Rank counts that are not powers of two ($NPS is 2 4 8).
+extra test_coll 3 -
+extra test_coll 5 -
+extra test_barrier 3 -
+extra test_barrier 5 -
+extra test_barrier 6 - FH_BARRIER=tree
 
 echo "c-tests ($MPI)"
 echo "c-tests: $pass passed, $fail failed"

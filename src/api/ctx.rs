@@ -162,6 +162,7 @@ impl Context {
             }
         };
         let inner = CtxInner::build(c.clone(), Some(c), cfg, info, local_ranks);
+        super::sync::register(&inner);
         let ctx = Context {
             inner,
             progress: Mutex::new(None),
@@ -195,6 +196,7 @@ impl Context {
             vec![format!("conduit: sim ({} nodes)", world.size())],
             world.size(),
         );
+        super::sync::register(&inner);
         let weak = Arc::downgrade(&inner);
         let hook: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
             if let Some(ctx) = weak.upgrade() {

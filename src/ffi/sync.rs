@@ -234,6 +234,7 @@ pub extern "C" fn fh_barrier_try(ctx: *mut fh_ctx_t, id: i64, flags: c_int) -> c
             // Every 32nd call only: an idle MPI poll yields the CPU when ranks
             // outnumber cores, which would eat the computation this call overlaps.
             c.maybe_poll();
+            crate::api::sync::progress_all();
         }
         Ok(if done { Status::Ok } else { Status::NotReady } as c_int)
     })

@@ -122,6 +122,7 @@ impl CtxInner {
                 bail!(State, "context was finalized while waiting");
             }
             if self.progress_once()? == 0 {
+                super::progress_all();
                 self.conduit.idle();
                 // The rank we wait for may need this core (ranks > cores).
                 std::thread::yield_now();

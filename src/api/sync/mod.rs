@@ -58,6 +58,28 @@ impl SyncState {
     }
 }
 
+/// Every live context of the process: a rank blocked in one context's wait still
+/// forwards the split-phase barrier flags of its other contexts (as MPI progresses
+/// every communicator), so ranks waiting on two contexts in different orders meet.
+static LIVE: Mutex<Vec<std::sync::Weak<CtxInner>>> = Mutex::new(Vec::new());
+
+/// Register a new context for [`progress_all`].
+pub fn register(ctx: &std::sync::Arc<CtxInner>) {
+    let mut g = LIVE.lock();
+    g.retain(|w| w.strong_count() > 0);
+    g.push(std::sync::Arc::downgrade(ctx));
+}
+
+/// Advance the pending split-phase barrier of every live context.
+pub fn progress_all() {
+    let live: Vec<_> = LIVE.lock().iter().filter_map(|w| w.upgrade()).collect();
+    for c in live {
+        if c.state() == crate::api::ctx::State::Live {
+            c.sync_progress();
+        }
+    }
+}
+
 impl CtxInner {
     /// The sync area, or the error every synchronisation call returns without it.
     pub(crate) fn area(&self) -> Result<area::Area> {

@@ -1290,6 +1290,34 @@ impl Conduit for MpiConduit {
             // all_native every rank reaches heap words only through cpu_atomic.
             return Ok(unsafe { super::cpu_atomic(p, w, op) });
         }
+        if w == Width::W32 {
+            // Every 32-bit operation is a 64-bit compare-and-swap loop on the aligned
+            // word around it: Open MPI's shared-memory transport emulates 32-bit CAS as
+            // lock + get + put, which is not atomic with our own CPU atomics below,
+            // while its 64-bit operations are CPU atomics at the target.
+            let base = raddr & !7;
+            let sh = ((raddr & 4) * 8) as u32;
+            loop {
+                let cur = self.atomic(rank, base, Width::W64, AtomicOp::Fetch)?;
+                let old = (cur >> sh) & 0xffff_ffff;
+                let Some(new) = op.apply(old, Width::W32) else {
+                    return Ok(old);
+                };
+                let want = (cur & !(0xffff_ffffu64 << sh)) | (new << sh);
+                let got = self.atomic(
+                    rank,
+                    base,
+                    Width::W64,
+                    AtomicOp::Cas {
+                        expected: cur,
+                        desired: want,
+                    },
+                )?;
+                if got == cur {
+                    return Ok(old);
+                }
+            }
+        }
         if rank == self.rank && boot::BUILT_FOR == "openmpi" {
             // Open MPI 4.1's osc/rdma crashes on an atomic aimed at the calling rank
             // (btl/vader's emulated compare-and-swap has no endpoint for self). That
