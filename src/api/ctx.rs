@@ -163,6 +163,12 @@ impl Context {
         };
         let inner = CtxInner::build(c.clone(), Some(c), cfg, info, local_ranks);
         super::sync::register(&inner);
+        super::progress::register(&inner);
+        inner.info.lock().push(if super::progress::wanted_for(&inner) {
+            "progress inside blocking MPI calls: on (MPI_Barrier, MPI_Wait*, MPI_Recv, collectives, ... serve the library)".into()
+        } else {
+            "progress inside blocking MPI calls: off (FH_MPI_PROGRESS=0)".into()
+        });
         let ctx = Context {
             inner,
             progress: Mutex::new(None),
@@ -224,6 +230,7 @@ impl Context {
         let spawned = std::thread::Builder::new()
             .name(format!("firehose-progress-{}", self.rank))
             .spawn(move || {
+                let _in = super::progress::Inside::enter();
                 while !s2.load(Ordering::Acquire) {
                     let n = inner.progress_once().unwrap_or(0);
                     if n == 0 {
@@ -266,6 +273,7 @@ impl Context {
         {
             bail!(State, "context is already finalized");
         }
+        super::progress::unregister(inner);
         if let Some((stop, h)) = self.progress.lock().take() {
             stop.store(true, Ordering::Release);
             let _ = h.join();

@@ -7,6 +7,7 @@ pub mod ctx;
 pub mod fh;
 pub mod heap;
 pub mod mem;
+pub mod progress;
 pub mod rma;
 pub mod rpipe;
 pub mod stats;

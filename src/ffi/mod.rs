@@ -20,6 +20,10 @@ pub mod atomic;
 pub mod firehose;
 pub mod init;
 pub mod mem;
+/// cbindgen:ignore
+pub mod pmpi;
+/// cbindgen:ignore
+pub mod pmpi_fortran;
 pub mod rma;
 pub mod rpipe;
 pub mod status;
@@ -27,6 +31,7 @@ pub mod sync;
 
 /// Run `f`, turning errors and panics into a status code.
 pub fn guard_status(f: impl FnOnce() -> Result<c_int>) -> c_int {
+    let _in = crate::api::progress::Inside::enter();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(code)) => code,
         Ok(Err(e)) => fail(&e),
@@ -36,6 +41,7 @@ pub fn guard_status(f: impl FnOnce() -> Result<c_int>) -> c_int {
 
 /// Run `f`, returning `fallback` (and recording the error) on error or panic.
 pub fn guard_value<T>(fallback: T, f: impl FnOnce() -> Result<T>) -> T {
+    let _in = crate::api::progress::Inside::enter();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => {

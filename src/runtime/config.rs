@@ -119,6 +119,14 @@ pub struct Config {
     /// Postal-model latency λ for the broadcast tree (`FH_BCAST_LAMBDA`; None:
     /// measured at the first broadcast).
     pub bcast_lambda: Option<u32>,
+    /// Serve the library while the application blocks in MPI (`FH_MPI_PROGRESS`).
+    pub mpi_progress: bool,
+    /// Seconds a blocking wait lasts before it says why on stderr (0: never).
+    pub stall_warn_s: u64,
+    /// Seconds after which a blocking wait gives up with FH_ERR_TRANSPORT (None: wait).
+    pub stall_abort_s: Option<u64>,
+    /// Kernel single-copy (process_vm_readv/writev) to node peers, where permitted.
+    pub cma: bool,
     /// `sources[i]` is where `SETTINGS[i]` came from.
     pub sources: Vec<Source>,
 }
@@ -441,6 +449,49 @@ pub static SETTINGS: &[Setting] = &[
         },
         show: |c| c.bcast_lambda.map_or("auto".into(), |l| l.to_string()),
     },
+    Setting {
+        name: "FH_MPI_PROGRESS",
+        default: "1",
+        help: "1: a rank blocked in a blocking MPI call (MPI_Barrier, MPI_Wait, MPI_Recv, collectives, ...) keeps serving the library (PMPI interposition); 0: MPI calls go straight to MPI",
+        set: |c, v| {
+            c.mpi_progress = parse_bool(v)?;
+            Ok(())
+        },
+        show: |c| (c.mpi_progress as u8).to_string(),
+    },
+    Setting {
+        name: "FH_STALL_WARN",
+        default: "10",
+        help: "seconds a blocking call waits for a peer before it prints one line naming the peer and what is missing (0: never)",
+        set: |c, v| {
+            c.stall_warn_s = parse_count(v, 0, 86_400)? as u64;
+            Ok(())
+        },
+        show: |c| c.stall_warn_s.to_string(),
+    },
+    Setting {
+        name: "FH_STALL_ABORT",
+        default: "",
+        help: "seconds after which a blocking call that waits for a peer gives up with FH_ERR_TRANSPORT; empty: wait for ever",
+        set: |c, v| {
+            c.stall_abort_s = match v.trim() {
+                "" => None,
+                x => Some(parse_count(x, 1, 86_400)? as u64),
+            };
+            Ok(())
+        },
+        show: |c| c.stall_abort_s.map_or(String::new(), |s| s.to_string()),
+    },
+    Setting {
+        name: "FH_CMA",
+        default: "1",
+        help: "1: put/get to a node peer's memory outside the library heap use the kernel's single copy (process_vm_writev/readv) where the kernel permits it; 0: firehose and MPI RMA",
+        set: |c, v| {
+            c.cma = parse_bool(v)?;
+            Ok(())
+        },
+        show: |c| (c.cma as u8).to_string(),
+    },
 ];
 
 /// `FH_BARRIER`.
@@ -492,6 +543,10 @@ impl Config {
             shm: true,
             barrier: BarrierAlgo::Dissemination,
             bcast_lambda: None,
+            mpi_progress: true,
+            stall_warn_s: 0,
+            stall_abort_s: None,
+            cma: true,
             sources: vec![Source::Default; SETTINGS.len()],
         };
         for s in SETTINGS {

@@ -163,7 +163,7 @@ pub fn close() -> Result<()> {
     debug_assert!(before > 0, "close without open");
     if before == 1 && OWNED.swap(false, Ordering::AcqRel) && !is_finalized() {
         // SAFETY: we initialised MPI ourselves and no context of ours is alive.
-        let rc = unsafe { ffi::MPI_Finalize() };
+        let rc = unsafe { ffi::PMPI_Finalize() };
         if rc != 0 {
             bail!(Mpi, "MPI_Finalize failed with code {}", rc);
         }

@@ -21,6 +21,7 @@
 //! MPI call of this conduit is serialised by one re-entrant lock.
 
 pub mod boot;
+pub mod interop;
 
 use super::{AtomicOp, Caps, Conduit, LongIn, LongSrc, SendId, Sink, Width};
 use crate::bail;
@@ -117,6 +118,8 @@ pub struct MpiConduit {
     size: usize,
     am_comm: H<ffi::MPI_Comm>,
     rma_comm: H<ffi::MPI_Comm>,
+    /// Barriers the interposed `MPI_Win_fence`/`MPI_Finalize` add (`interop`).
+    prog_comm: H<ffi::MPI_Comm>,
     /// The library heap `(base, len)`: page-aligned, inside `heap_map` or `shm`.
     heap_at: (usize, usize),
     /// The heap's memory when it is a private mapping (no node sharing).
@@ -222,7 +225,7 @@ impl SharedHeaps {
             let room = os::tmpfs_available("/dev/shm").unwrap_or(u64::MAX);
             let ok_here: c_int = (room >= need) as c_int;
             let mut ok_all: c_int = 0;
-            let rc = ffi::MPI_Allreduce(
+            let rc = ffi::PMPI_Allreduce(
                 &ok_here as *const c_int as *const c_void,
                 &mut ok_all as *mut c_int as *mut c_void,
                 1,
@@ -375,7 +378,12 @@ impl MpiConduit {
             check(ffi::MPI_Comm_dup(comm, &mut rma_comm), || {
                 "MPI_Comm_dup".into()
             })?;
-            for c in [am_comm, rma_comm] {
+            // The interposed blocking MPI calls' own barriers (`interop`).
+            let mut prog_comm: ffi::MPI_Comm = std::mem::zeroed();
+            check(ffi::MPI_Comm_dup(comm, &mut prog_comm), || {
+                "MPI_Comm_dup".into()
+            })?;
+            for c in [am_comm, rma_comm, prog_comm] {
                 check(
                     ffi::MPI_Comm_set_errhandler(c, ffi::RSMPI_ERRORS_RETURN),
                     || "MPI_Comm_set_errhandler".into(),
@@ -459,7 +467,7 @@ impl MpiConduit {
                     Ok(())
                 })();
                 if let Err(e) = made {
-                    for c in [am_comm, rma_comm] {
+                    for c in [am_comm, rma_comm, prog_comm] {
                         let mut c = c;
                         ffi::MPI_Comm_free(&mut c);
                     }
@@ -476,7 +484,7 @@ impl MpiConduit {
             let mine = [heap.addr() as u64, heap.len() as u64, raw as u64];
             let mut all = vec![0u64; 3 * size];
             check(
-                ffi::MPI_Allgather(
+                ffi::PMPI_Allgather(
                     mine.as_ptr() as *const c_void,
                     24,
                     u8t(),
@@ -529,6 +537,7 @@ impl MpiConduit {
                 size,
                 am_comm: H(am_comm),
                 rma_comm: H(rma_comm),
+                prog_comm: H(prog_comm),
                 heap_at,
                 _heap_map: heap_map,
                 shm,
@@ -824,7 +833,7 @@ impl MpiConduit {
         }
         if sync {
             // SAFETY: flushing the window just used, inside its lock_all epoch.
-            let rc = unsafe { ffi::MPI_Win_flush(rank as c_int, win) };
+            let rc = unsafe { ffi::PMPI_Win_flush(rank as c_int, win) };
             check(rc, || format!("MPI_Win_flush(rank {})", rank))?;
         } else if self.used[rank].load(Ordering::Relaxed) & bit == 0 {
             self.used[rank].fetch_or(bit, Ordering::Relaxed);
@@ -923,7 +932,7 @@ impl MpiConduit {
             check(rc, || {
                 format!("MPI_Compare_and_swap(rank {}, {:#x})", rank, raddr)
             })?;
-            let rc = ffi::MPI_Win_flush(rank as c_int, win);
+            let rc = ffi::PMPI_Win_flush(rank as c_int, win);
             check(rc, || format!("MPI_Win_flush(rank {})", rank))?;
         }
         Ok(w.mask(out))
@@ -1033,7 +1042,7 @@ impl MpiLong<'_> {
         // SAFETY: dst is writable for len bytes (caller's contract); len fits an int
         // (bounded by FH_AM_MAX_LONG <= i32::MAX, checked when the frame was parsed).
         let rc = unsafe {
-            ffi::MPI_Recv(
+            ffi::PMPI_Recv(
                 dst as *mut c_void,
                 self.len as c_int,
                 u8t(),
@@ -1136,7 +1145,7 @@ impl Conduit for MpiConduit {
         for (bit, win) in [(WIN_HEAP, self.heap_win), (WIN_DYN, self.dyn_win)] {
             if used & bit != 0 {
                 // SAFETY: flushing a window in a lock_all epoch.
-                let rc = unsafe { ffi::MPI_Win_flush(rank as c_int, win.0) };
+                let rc = unsafe { ffi::PMPI_Win_flush(rank as c_int, win.0) };
                 check(rc, || format!("MPI_Win_flush(rank {})", rank))?;
             }
         }
@@ -1150,7 +1159,7 @@ impl Conduit for MpiConduit {
         let _s = self.serial();
         for win in [self.heap_win, self.dyn_win] {
             // SAFETY: flushing a window in a lock_all epoch.
-            let rc = unsafe { ffi::MPI_Win_flush_all(win.0) };
+            let rc = unsafe { ffi::PMPI_Win_flush_all(win.0) };
             check(rc, || "MPI_Win_flush_all".into())?;
         }
         Ok(())
@@ -1437,7 +1446,7 @@ impl Conduit for MpiConduit {
         let mut all = vec![0u64; self.size];
         // SAFETY: 8 bytes in, 8*size bytes out.
         let rc = unsafe {
-            ffi::MPI_Allgather(
+            ffi::PMPI_Allgather(
                 &x as *const u64 as *const c_void,
                 8,
                 u8t(),
@@ -1506,7 +1515,7 @@ impl Conduit for MpiConduit {
                 for r in rv.reqs.iter_mut() {
                     if *r != ffi::RSMPI_REQUEST_NULL {
                         ffi::MPI_Cancel(r);
-                        ffi::MPI_Wait(r, ffi::RSMPI_STATUS_IGNORE);
+                        ffi::PMPI_Wait(r, ffi::RSMPI_STATUS_IGNORE);
                     }
                 }
                 rv.posted = false;
@@ -1515,14 +1524,14 @@ impl Conduit for MpiConduit {
             let n = s.reqs.len();
             if n > 0 {
                 note(check(
-                    ffi::MPI_Waitall(n as c_int, s.reqs.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE),
+                    ffi::PMPI_Waitall(n as c_int, s.reqs.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE),
                     || "MPI_Waitall (AM sends at finalize)".into(),
                 ));
                 s.reqs.clear();
                 s.keep.clear();
             }
             for (_, mut r) in s.borrowed.drain() {
-                ffi::MPI_Wait(&mut r, ffi::RSMPI_STATUS_IGNORE);
+                ffi::PMPI_Wait(&mut r, ffi::RSMPI_STATUS_IGNORE);
             }
             for w in [self.heap_win, self.dyn_win]
                 .into_iter()
@@ -1534,7 +1543,7 @@ impl Conduit for MpiConduit {
                 let mut w = w.0;
                 note(check(ffi::MPI_Win_free(&mut w), || "MPI_Win_free".into()));
             }
-            for c in [self.am_comm, self.rma_comm] {
+            for c in [self.am_comm, self.rma_comm, self.prog_comm] {
                 let mut c = c.0;
                 note(check(ffi::MPI_Comm_free(&mut c), || "MPI_Comm_free".into()));
             }
