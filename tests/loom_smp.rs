@@ -210,8 +210,8 @@ impl Pinner for NoPin {
         Ok(true)
     }
     fn unpin(&mut self, _s: usize, _e: usize, _locked: bool) {}
-    fn extent(&self, a: usize, b: usize, _lo: usize, _hi: usize) -> Option<(usize, usize)> {
-        Some((a & !(PAGE - 1), (b + PAGE - 1) & !(PAGE - 1)))
+    fn extent(&self, a: usize, b: usize, _lo: usize, _hi: usize) -> Option<(usize, usize, bool)> {
+        Some((a & !(PAGE - 1), (b + PAGE - 1) & !(PAGE - 1), true))
     }
 }
 

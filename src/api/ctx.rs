@@ -70,6 +70,9 @@ pub struct CtxInner {
     /// Every rank's library heap `(base, len)` (a copy of the conduit's table, so the
     /// access check needs no virtual call).
     pub remote_heaps: Vec<(usize, usize)>,
+    /// Bytes at the start of every rank's heap that hold the library's own
+    /// structures (the sync area): public puts, gets and atomics are refused there.
+    pub internal: usize,
     pub remote: RemoteCache,
     pub stats: Stats,
     /// Firehose: tables, moves in flight, explicit pins (`api::fh`).
@@ -142,6 +145,7 @@ impl Context {
             ),
             format!("MPI owned by firehose: {}", boot::owns_mpi()),
             format!("heap mlocked: {}", c.heap_locked()),
+            format!("kernel single copy to node peers: {}", c.single_copy_note()),
         ];
         let want_thread = cfg.progress == Progress::Thread;
         let can_thread = level == ThreadLevel::Multiple;
@@ -368,6 +372,7 @@ impl CtxInner {
             heap: Heap::new(hb + reserved, hl - reserved),
             local_regs: LocalRegions::new(size),
             remote_heaps,
+            internal: reserved,
             sync,
             remote: RemoteCache::new(size),
             stats: Stats::default(),

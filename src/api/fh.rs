@@ -42,6 +42,10 @@ pub const H_FH_ANSWER: u8 = 6;
 /// Answer entry kinds.
 const KIND_UNIT: u64 = 0;
 const KIND_REGION: u64 = 1;
+/// A unit on memory that was read-only when pinned: gets only.
+const KIND_UNIT_RO: u64 = 2;
+/// Move request flag: the pins are for a put or an atomic (writable memory needed).
+const MOVE_WRITE: u64 = 1;
 
 /// Most pieces one move may ask for (keeps the frame bounded).
 const MAX_PIECES_PER_MOVE: usize = 256;
@@ -304,7 +308,7 @@ impl Pinner for CtxPinner<'_> {
         }
     }
 
-    fn extent(&self, a: usize, b: usize, lo: usize, hi: usize) -> Option<(usize, usize)> {
+    fn extent(&self, a: usize, b: usize, lo: usize, hi: usize) -> Option<(usize, usize, bool)> {
         let ctx = self.ctx;
         let (hb, hl) = ctx.conduit.heap();
         let (mut lo, mut hi) = (lo, hi);
@@ -319,17 +323,9 @@ impl Pinner for CtxPinner<'_> {
                 hi = hi.min(s);
             }
         }
-        let p = os::page_size();
-        // mincore works on whole pages: probe the page-aligned window, then clip.
-        let plo = (lo + p - 1) & !(p - 1);
-        let phi = hi & !(p - 1);
-        if plo <= a && b <= phi {
-            let (s, e) = os::mapped_extent(a, b - a, plo, phi)?;
-            Some((if s == plo { lo } else { s }, if e == phi { hi } else { e }))
-        } else {
-            // The window is narrower than a page around the request: check it only.
-            os::is_mapped(a, b - a).then_some((a.max(lo), b.min(hi)))
-        }
+        // Protection, not only mapping: a unit never spans pages without read
+        // access, and is marked read-only unless every page of it is writable.
+        os::Maps::read().extent(a, b - a, lo, hi)
     }
 }
 
@@ -361,6 +357,24 @@ pub enum Grant {
     Pins(OpPins),
     /// A put was carried by the move and is complete.
     Done,
+}
+
+impl Grant {
+    fn into_pins(self) -> OpPins {
+        match self {
+            Grant::Pins(p) => p,
+            Grant::Done => OpPins {
+                rank: 0,
+                remote: vec![],
+                local: vec![],
+            },
+        }
+    }
+}
+
+/// Does any of `held` lie on memory the target pinned read-only?
+fn fh_any_read_only(t: &PeerTable, held: &[Held]) -> bool {
+    held.iter().any(|h| t.is_read_only(h.0))
 }
 
 /// A local request going through seed 000 §4.1's protocol (all or nothing, so a
@@ -646,12 +660,37 @@ impl CtxInner {
         addr: usize,
         len: usize,
         carry: Carry,
+        write: bool,
+    ) -> Result<Grant> {
+        let g = self.fh_acquire_remote_any(rank, addr, len, carry, write)?;
+        if let Grant::Pins(p) = &g {
+            if write && fh_any_read_only(&self.fh.peers[rank].lock(), &p.remote) {
+                self.fh_release_pins(g.into_pins());
+                bail!(
+                    Access,
+                    "[{:#x}, +{}) of rank {} is read-only memory there: puts and atomics are refused",
+                    addr,
+                    len,
+                    rank
+                );
+            }
+        }
+        Ok(g)
+    }
+
+    fn fh_acquire_remote_any(
+        &self,
+        rank: usize,
+        addr: usize,
+        len: usize,
+        carry: Carry,
+        write: bool,
     ) -> Result<Grant> {
         debug_assert!(rank != self.rank && len > 0);
         let fh = &self.fh;
         // Fast path: one live entry covers it.
         if self.fh_hits_one_sided() {
-            if let Some(h) = fh.peers[rank].lock().hit_one(addr, addr + len) {
+            if let Some(h) = fh.peers[rank].lock().hit_one(addr, addr + len, write) {
                 self.count(&self.hot.shard().hits, 1);
                 return Ok(Grant::Pins(OpPins {
                     rank,
@@ -709,7 +748,7 @@ impl CtxInner {
                     } else {
                         Carry::None
                     };
-                    let done = self.send_move(rank, id, &releases, &pins, addr, len, carry);
+                    let done = self.send_move(rank, id, &releases, &pins, addr, len, carry, write);
                     keep.append(&mut fh.peers[rank].lock().take_handoff(id));
                     match done {
                         Ok(true) => break Ok(Grant::Done),
@@ -828,6 +867,7 @@ impl CtxInner {
         addr: usize,
         len: usize,
         carry: Carry,
+        write: bool,
     ) -> Result<bool> {
         let fh = &self.fh;
         let mut payload: Vec<u8> = Vec::with_capacity(8 * releases.len() + 16 * pins.len() + 64);
@@ -861,7 +901,16 @@ impl CtxInner {
         } else {
             (addr as u64, len as u64)
         };
-        let args = [id, releases.len() as u64, pins.len() as u64, oa, ol, kind];
+        let flags = if write { MOVE_WRITE } else { 0 };
+        let args = [
+            id,
+            releases.len() as u64,
+            pins.len() as u64,
+            oa,
+            ol,
+            kind,
+            flags,
+        ];
         if let Err(e) = self.am_request(rank, Category::Medium, H_FH_MOVE, &args, &payload, None) {
             fh.moves.lock().remove(&id);
             fh.peers[rank].lock().abort_move(id);
@@ -892,9 +941,13 @@ impl CtxInner {
                         addr,
                         len,
                         match st {
-                            Status::Access =>
-                                "not mapped memory of that process (or inside its library heap)"
-                                    .to_string(),
+                            Status::Access if write => "not writable memory of that process \
+                                 (unmapped, PROT_NONE, read-only, partly outside a mapping, \
+                                 or its library heap)"
+                                .to_string(),
+                            Status::Access => "not readable memory of that process (unmapped, \
+                                 PROT_NONE, partly outside a mapping, or its library heap)"
+                                .to_string(),
                             Status::NoResource =>
                                 "its pinnable memory (M + MAXVICTIM) is used up".to_string(),
                             s => s.describe().trim_end_matches('\0').to_string(),
@@ -1111,7 +1164,7 @@ impl CtxInner {
         }
         if rank != self.rank {
             let c = self.fh_chunk(addr, len, addr);
-            if let Grant::Pins(p) = self.fh_acquire_remote(rank, addr, c, Carry::None)? {
+            if let Grant::Pins(p) = self.fh_acquire_remote(rank, addr, c, Carry::None, true)? {
                 self.fh_release_pins(p);
             }
             if self.plain_access(rank, addr, len).is_some() {
@@ -1421,7 +1474,7 @@ impl CtxInner {
             return Ok(self.prepinned_pin(Some(rank), addr, len));
         }
         self.check_remote_pin_size(addr, len)?;
-        match self.fh_acquire_remote(rank, addr, len, Carry::None)? {
+        match self.fh_acquire_remote(rank, addr, len, Carry::None, true)? {
             Grant::Pins(pins) => Ok(Box::new(PinObj {
                 magic: PIN_MAGIC,
                 start: addr,
@@ -1733,7 +1786,7 @@ fn read_u64s(b: &[u8], n: usize) -> Option<Vec<u64>> {
 /// a carried get (done) its op_len bytes.
 pub(crate) fn handle_move(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     let a = f.args();
-    if a.len() != 6 {
+    if a.len() != 7 {
         return;
     }
     let reply = |args: &[u64], payload: &[u8]| {
@@ -1759,6 +1812,15 @@ fn process_move(
         a[4] as usize,
         a[5],
     );
+    // Puts and atomics need writable memory, gets readable: checked against the
+    // mappings as they are now, for every piece and for a carried transfer.
+    let write = a[6] & MOVE_WRITE != 0;
+    let need = if write {
+        os::Need::ReadWrite
+    } else {
+        os::Need::Read
+    };
+    let maps = os::Maps::read();
     let (paddr, plen) = if okind == CARRY_PUT {
         (oaddr, olen)
     } else {
@@ -1816,6 +1878,10 @@ fn process_move(
                         status = Status::InvalidArg;
                         break;
                     }
+                    if !maps.allows(pa, pb - pa, need) {
+                        status = Status::Access;
+                        break;
+                    }
                     // Registered regions answer as prepinned; the rest gets units.
                     let mut cur = pa;
                     while cur < pb {
@@ -1825,10 +1891,11 @@ fn process_move(
                             continue;
                         }
                         let stop = ctx.local_regs.next_start(cur, pb);
-                        match l.remote_acquire(src, cur, stop, &mut pinner) {
+                        match l.remote_acquire(src, cur, stop, write, &mut pinner) {
                             Ok(units) => {
-                                for (s, e) in units {
-                                    out.extend_from_slice(&[KIND_UNIT, s as u64, e as u64]);
+                                for (s, e, ro) in units {
+                                    let kind = if ro { KIND_UNIT_RO } else { KIND_UNIT };
+                                    out.extend_from_slice(&[kind, s as u64, e as u64]);
                                 }
                             }
                             Err(e) => {
@@ -1864,8 +1931,9 @@ fn process_move(
             }
             if status == Status::Ok && plen > 0 {
                 let data = &body[body.len() - plen..];
-                let covered =
-                    paddr != 0 && paddr.checked_add(plen).is_some() && os::is_mapped(paddr, plen);
+                let covered = paddr != 0
+                    && paddr.checked_add(plen).is_some()
+                    && maps.allows(paddr, plen, os::Need::ReadWrite);
                 if covered {
                     match os::write_checked(paddr, data) {
                         Ok(()) => putdone = true,
@@ -1930,6 +1998,7 @@ pub(crate) fn handle_answer(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
         return;
     };
     let mut units = Vec::new();
+    let mut read_only = Vec::new();
     for t in nums.chunks_exact(3) {
         let (s, e) = (t[1] as usize, t[2] as usize);
         if e <= s {
@@ -1937,6 +2006,10 @@ pub(crate) fn handle_answer(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
         }
         match t[0] {
             KIND_UNIT => units.push((s, e, false)),
+            KIND_UNIT_RO => {
+                units.push((s, e, false));
+                read_only.push((s, e));
+            }
             KIND_REGION => {
                 ctx.remote.insert(tok.src, s, e);
                 units.push((s, e, true));
@@ -1944,7 +2017,13 @@ pub(crate) fn handle_answer(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
             _ => {}
         }
     }
-    fh.peers[tok.src].lock().complete_move(id, &units);
+    {
+        let mut t = fh.peers[tok.src].lock();
+        t.complete_move(id, &units);
+        for (s, e) in read_only {
+            t.mark_read_only(s, e);
+        }
+    }
     let mut done = putdone;
     if let Some((dst, len)) = fh.get_dst.lock().remove(&id) {
         let data = &f.payload[(n * 24).min(f.payload.len())..];

@@ -66,10 +66,10 @@ impl CtxInner {
                 len
             );
         }
-        if !os::is_mapped(addr, len) {
+        if !os::Maps::read().allows(addr, len, os::Need::ReadWrite) {
             bail!(
                 Access,
-                "[{:#x}, +{}) is not mapped memory of this process",
+                "[{:#x}, +{}) is not readable and writable memory of this process (unmapped, PROT_NONE or read-only): peers could not put there",
                 addr,
                 len
             );

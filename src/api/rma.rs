@@ -172,6 +172,26 @@ fn rma_arg_error(local: usize, remote: usize, nbytes: usize) -> crate::runtime::
     }
 }
 
+#[cold]
+#[inline(never)]
+fn internal_error(
+    rank: usize,
+    addr: usize,
+    len: usize,
+    hb: usize,
+    n: usize,
+) -> crate::runtime::error::Error {
+    crate::err!(
+        Access,
+        "[{:#x}, +{}) of rank {} touches the library's own structures (the first {} bytes of its heap at {:#x}: barrier flags, lock words, collective slots); use fh_malloc'd memory",
+        addr,
+        len,
+        rank,
+        n,
+        hb
+    )
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Dir {
     Put,
@@ -194,7 +214,20 @@ impl CtxInner {
         {
             return Err(rma_arg_error(local, remote, nbytes));
         }
+        self.check_not_internal(r, remote, nbytes)?;
         Ok(r)
+    }
+
+    /// Refuse a public access that touches the library's own structures at the start
+    /// of `rank`'s heap (barrier flags, lock words, channel slots): one bounds
+    /// compare, so heap accesses stay as fast.
+    #[inline]
+    pub(crate) fn check_not_internal(&self, rank: usize, addr: usize, len: usize) -> Result<()> {
+        let hb = self.remote_heaps[rank].0;
+        if addr < hb + self.internal && addr.saturating_add(len.max(1)) > hb {
+            return Err(internal_error(rank, addr, len, hb, self.internal));
+        }
+        Ok(())
     }
 
     /// Move `nbytes` between local `local` and `remote` on `rank`.
@@ -226,6 +259,21 @@ impl CtxInner {
             }
             other => other.is_some(),
         };
+        if !remote_plain {
+            if let Some(m) = self
+                .mpi
+                .as_deref()
+                .filter(|m| m.single_copy_pid(rank).is_some())
+            {
+                // A node peer: the kernel copies to or from any of its addresses
+                // without its CPU; bad memory is FH_ERR_ACCESS, checked by the kernel.
+                let r = m.single_copy(rank, dir == Dir::Put, remote, local, nbytes);
+                if r.is_err() {
+                    crate::api::stats::Stats::add(&self.stats.access_refused, 1);
+                }
+                return r;
+            }
+        }
         if rank == self.rank && !remote_plain {
             // Own memory outside registered regions: the kernel copies it, so a bad
             // address is FH_ERR_ACCESS, never a fault.
@@ -237,7 +285,9 @@ impl CtxInner {
         if local_plain && !remote_plain && self.fh_hits_one_sided() {
             // The firehose hit path (seed 000 Fig. 2 step 1): one live firehose covers
             // the target; take a reference, transfer, release.
-            let hit = self.with_peer(rank, |t| t.hit_one(remote, remote + nbytes));
+            let hit = self.with_peer(rank, |t| {
+                t.hit_one(remote, remote + nbytes, dir == Dir::Put)
+            });
             if let Some(h) = hit {
                 self.count(&self.hot.shard().hits, 1);
                 // SAFETY: as above; the firehose keeps the target pinned and
@@ -278,7 +328,7 @@ impl CtxInner {
                     local: vec![],
                 }))
             } else {
-                self.fh_acquire_remote(rank, remote + off, c, carry)
+                self.fh_acquire_remote(rank, remote + off, c, carry, dir == Dir::Put)
             };
             let grant = acquired?;
             let (mut pins, carried) = match grant {

@@ -35,9 +35,10 @@ pub trait Pinner {
     fn pin(&mut self, s: usize, e: usize) -> Result<bool>;
     fn unpin(&mut self, s: usize, e: usize, locked: bool);
     /// The largest range within `[lo, hi)` containing `[a, b)` that may be pinned
-    /// (mapped, and not library heap or an explicitly registered region); `None` if
-    /// `[a, b)` itself may not be.
-    fn extent(&self, a: usize, b: usize, lo: usize, hi: usize) -> Option<(usize, usize)>;
+    /// (mapped readable with one protection throughout, and not library heap or an
+    /// explicitly registered region), and whether it is writable; `None` if `[a, b)`
+    /// itself may not be (not readable throughout, or reserved).
+    fn extent(&self, a: usize, b: usize, lo: usize, hi: usize) -> Option<(usize, usize, bool)>;
 }
 
 /// How a unit is used; derived from its counts.
@@ -68,6 +69,10 @@ pub struct LocalUnit {
     /// and referenced by the pinning thread, which pins it without the table lock.
     /// A local request meeting it rolls back; a handler meeting it parks its move.
     pub pinning: bool,
+    /// The memory was read-only when pinned: only gets may use it. Peers learn this
+    /// with the unit and refuse puts and atomics on it without asking (a flag on the
+    /// hit path, no system call).
+    pub ro: bool,
 }
 
 impl LocalUnit {
@@ -285,8 +290,14 @@ impl LocalTable {
     /// Pin a new unit around `[a, b)` (inside one granule, not covered by any unit),
     /// in one phase (the table stays locked meanwhile: handlers, which cannot roll
     /// back, use this).
-    fn new_unit(&mut self, a: usize, b: usize, pinner: &mut dyn Pinner) -> Result<usize> {
-        let (s, e, gen) = self.reserve_unit(a, b, pinner)?;
+    fn new_unit(
+        &mut self,
+        a: usize,
+        b: usize,
+        write: bool,
+        pinner: &mut dyn Pinner,
+    ) -> Result<usize> {
+        let (s, e, gen) = self.reserve_unit(a, b, write, pinner)?;
         let r = pinner.pin(s, e);
         self.finish_unit(s, e, gen, r, pinner)?;
         Ok(s)
@@ -298,6 +309,7 @@ impl LocalTable {
         &mut self,
         a: usize,
         b: usize,
+        write: bool,
         pinner: &mut dyn Pinner,
     ) -> Result<(usize, usize, u64)> {
         let (glo, ghi) = self.params.granule(a);
@@ -313,14 +325,22 @@ impl LocalTable {
             .next()
             .map_or(ghi, |(&s, _)| s.min(ghi));
         let bb = b.min(hi);
-        let Some((s, e)) = pinner.extent(a, bb, lo, hi) else {
+        let Some((s, e, writable)) = pinner.extent(a, bb, lo, hi) else {
             bail!(
                 Access,
-                "[{:#x}, {:#x}) is not mapped memory of rank's process (or overlaps the library heap)",
+                "[{:#x}, {:#x}) is not readable memory of the target (unmapped, PROT_NONE, a guard page, or the library's own)",
                 a,
                 bb
             );
         };
+        if write && !writable {
+            bail!(
+                Access,
+                "[{:#x}, {:#x}) is read-only memory of the target: puts and atomics are refused",
+                a,
+                bb
+            );
+        }
         debug_assert!(lo <= s && s <= a && bb <= e && e <= hi);
         while self.units.len() >= self.params.capacity() {
             if !self.evict_one(pinner) {
@@ -359,6 +379,7 @@ impl LocalTable {
                 gen: self.next_gen,
                 queued: None,
                 pinning: true,
+                ro: !writable,
             },
         );
         self.counts.idle_units += 1;
@@ -431,8 +452,9 @@ impl LocalTable {
         peer: usize,
         a: usize,
         b: usize,
+        write: bool,
         pinner: &mut dyn Pinner,
-    ) -> Result<Vec<(usize, usize)>> {
+    ) -> Result<Vec<(usize, usize, bool)>> {
         let mut got: Vec<usize> = Vec::new();
         let mut newly: Vec<usize> = Vec::new();
         let mut cur = a;
@@ -442,8 +464,16 @@ impl LocalTable {
                     Some((_, u)) if u.pinning => {
                         bail!(NotReady, "unit at {:#x} is being pinned", cur)
                     }
+                    Some((s, u)) if write && u.ro => {
+                        bail!(
+                            Access,
+                            "[{:#x}, {:#x}) is read-only memory of the target: puts and atomics are refused",
+                            s,
+                            u.end
+                        )
+                    }
                     Some((s, _)) => s,
-                    None => self.new_unit(cur, b, pinner)?,
+                    None => self.new_unit(cur, b, write, pinner)?,
                 };
                 let fresh = !self.units[&start].has(peer);
                 if fresh {
@@ -466,7 +496,10 @@ impl LocalTable {
             return Err(e);
         }
         self.check();
-        Ok(got.into_iter().map(|s| (s, self.units[&s].end)).collect())
+        Ok(got
+            .into_iter()
+            .map(|s| (s, self.units[&s].end, self.units[&s].ro))
+            .collect())
     }
 
     /// A peer gives up its firehose on the unit at `start`. False if it held none
@@ -512,7 +545,7 @@ impl LocalTable {
                         if self.counts.local_refd_units >= budget {
                             return Ok(Some(LocalBegin::Full));
                         }
-                        let (s, e, g) = self.reserve_unit(cur, pe, pinner)?;
+                        let (s, e, g) = self.reserve_unit(cur, pe, false, pinner)?;
                         pins.push((s, e, g));
                         s
                     }

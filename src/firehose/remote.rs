@@ -53,6 +53,9 @@ pub struct RemoteEntry {
     /// An explicitly registered region of the target (acts as prepinned: costs no
     /// firehose, is never replaced; removed only by the target's invalidation).
     pub prepinned: bool,
+    /// The target pinned it on read-only memory: gets only (puts and atomics on it
+    /// are refused here, without a message).
+    pub ro: bool,
     queued: Option<u64>,
     /// A placeholder's piece to ask the target for. The placeholder itself spans
     /// the whole free part of its granule, so no two moves in flight ever ask for
@@ -183,7 +186,7 @@ impl PeerTable {
 
     /// Fast path for a request inside one live entry: take a reference.
     #[inline(always)]
-    pub fn hit_one(&mut self, addr: usize, end: usize) -> Option<Held> {
+    pub fn hit_one(&mut self, addr: usize, end: usize, write: bool) -> Option<Held> {
         let s = if addr >= self.recent.0 && end <= self.recent.1 {
             self.recent.0
         } else {
@@ -196,6 +199,9 @@ impl PeerTable {
         };
         let e = self.entries.get_mut(&s)?;
         debug_assert_eq!(e.state, RState::Live);
+        if write && e.ro {
+            return None; // the slow path refuses it with a message
+        }
         if e.refs == 0 && !e.prepinned {
             self.idle -= 1;
         }
@@ -210,6 +216,18 @@ impl PeerTable {
         }
         e.refs += 1;
         (s, e.gen)
+    }
+
+    /// The target answered the unit `[s, e)` as read-only memory.
+    pub fn mark_read_only(&mut self, s: usize, e: usize) {
+        if let Some(x) = self.entries.get_mut(&s).filter(|x| x.end == e) {
+            x.ro = true;
+        }
+    }
+
+    /// Is the entry starting at `s` on read-only memory?
+    pub fn is_read_only(&self, s: usize) -> bool {
+        self.entries.get(&s).is_some_and(|x| x.ro)
     }
 
     /// End of the entry starting at `s` (if present).
@@ -469,6 +487,7 @@ impl PeerTable {
                     refs: 0,
                     gen: 0,
                     prepinned: false,
+                    ro: false,
                     queued: None,
                     piece: (a, b),
                 },
@@ -613,6 +632,7 @@ impl PeerTable {
                         refs: 0,
                         gen: self.next_gen,
                         prepinned: pre,
+                        ro: false,
                         queued,
                         piece: (0, 0),
                     },

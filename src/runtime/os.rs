@@ -84,6 +84,116 @@ pub fn mapped_extent(addr: usize, len: usize, lo: usize, hi: usize) -> Option<(u
     Some((s, e))
 }
 
+/// Protection a range needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    Read,
+    ReadWrite,
+}
+
+/// One line of `/proc/self/maps`: `[start, end)`, readable, writable.
+#[derive(Clone, Copy, Debug)]
+struct Area {
+    start: usize,
+    end: usize,
+    r: bool,
+    w: bool,
+}
+
+impl Area {
+    fn allows(&self, need: Need) -> bool {
+        self.r && (need == Need::Read || self.w)
+    }
+}
+
+/// This process's mappings with their protections, read from `/proc/self/maps`
+/// (`mincore` only says "mapped": a `PROT_NONE` page or a read-only one passes it).
+/// Sorted by address. Read it once per decision: mappings change under us.
+pub struct Maps(Vec<Area>);
+
+impl Maps {
+    /// Read the current mappings (empty if `/proc` is not available).
+    pub fn read() -> Maps {
+        let text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        Maps::parse(&text)
+    }
+
+    fn parse(text: &str) -> Maps {
+        let mut v = Vec::new();
+        for line in text.lines() {
+            let mut it = line.split_whitespace();
+            let (Some(range), Some(perms)) = (it.next(), it.next()) else {
+                continue;
+            };
+            let Some((a, b)) = range.split_once('-') else {
+                continue;
+            };
+            let (Ok(start), Ok(end)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+            else {
+                continue;
+            };
+            let p = perms.as_bytes();
+            if start >= USER_TOP || p.len() < 2 {
+                continue; // [vsyscall] and other kernel-half entries: never for peers
+            }
+            v.push(Area {
+                start,
+                end: end.min(USER_TOP),
+                r: p[0] == b'r',
+                w: p[1] == b'w',
+            });
+        }
+        v.sort_by_key(|x| x.start);
+        Maps(v)
+    }
+
+    /// True when every byte of `[addr, addr+len)` is mapped with `need`.
+    pub fn allows(&self, addr: usize, len: usize, need: Need) -> bool {
+        self.run(addr, len.max(1), need).is_some()
+    }
+
+    /// The largest run of adjacent mappings that all allow `need` and contain
+    /// `[addr, addr+len)`; `None` if some byte of it is not allowed.
+    fn run(&self, addr: usize, len: usize, need: Need) -> Option<(usize, usize)> {
+        let end = addr.checked_add(len)?;
+        let i = self.0.partition_point(|x| x.end <= addr);
+        let first = self
+            .0
+            .get(i)
+            .filter(|x| x.start <= addr && x.allows(need))?;
+        let (mut lo, mut hi) = (first.start, first.end);
+        let mut j = i;
+        while j > 0 && self.0[j - 1].end == lo && self.0[j - 1].allows(need) {
+            j -= 1;
+            lo = self.0[j].start;
+        }
+        let mut k = i + 1;
+        while k < self.0.len() && self.0[k].start == hi && self.0[k].allows(need) {
+            hi = self.0[k].end;
+            k += 1;
+        }
+        (end <= hi).then_some((lo, hi))
+    }
+
+    /// Within `[lo, hi)`: the largest range containing `[addr, addr+len)` that is
+    /// mapped readable and writable (`true`), else readable (`false`); `None` when
+    /// `[addr, addr+len)` is not even readable throughout.
+    pub fn extent(
+        &self,
+        addr: usize,
+        len: usize,
+        lo: usize,
+        hi: usize,
+    ) -> Option<(usize, usize, bool)> {
+        for (need, w) in [(Need::ReadWrite, true), (Need::Read, false)] {
+            if let Some((s, e)) = self.run(addr, len.max(1), need) {
+                return Some((s.max(lo), e.min(hi), w));
+            }
+        }
+        None
+    }
+}
+
 /// Copy `data` to `addr` in this process through the kernel (`process_vm_writev` on
 /// ourselves), so an unwritable or unmapped destination is an `FH_ERR_ACCESS` instead
 /// of a fault. Used for data a peer sent (put-in-move).
@@ -123,6 +233,129 @@ pub fn copy_checked(dst: usize, src: usize, len: usize) -> Result<()> {
             std::io::Error::last_os_error().to_string()
         }
     )
+}
+
+/// First address above the user half of the address space (x86-64 and AArch64 with
+/// 48-bit virtual addresses; larger layouts only map above it on request).
+pub const USER_TOP: usize = 1 << 47;
+
+/// Which way the bytes go in a [`vm_copy`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmDir {
+    /// Local bytes into the other process.
+    Write,
+    /// The other process's bytes into local memory.
+    Read,
+}
+
+/// Why a [`vm_copy`] failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmError {
+    /// The remote range (or the local one) is not accessible that way: unmapped,
+    /// protected, or a kernel address. Nothing was copied, or (a put into a range
+    /// that becomes unwritable part-way) only a prefix was.
+    Fault,
+    /// The kernel does not let us reach that process (Yama, no CAP_SYS_PTRACE).
+    Denied,
+    /// The process is gone.
+    Gone,
+    /// Anything else (errno).
+    Other(i32),
+}
+
+/// Copy `len` bytes between local `local` and `remote` in process `pid` with the
+/// kernel's single copy (`process_vm_writev`/`readv`, cross-memory attach). The
+/// kernel checks both ranges: a bad address is an error, never a fault, on either
+/// side. A range that crosses a page boundary is first probed one byte per page
+/// with a single read (one system call), so a transfer that runs off the end of a
+/// mapping is refused whole instead of moving a prefix.
+pub fn vm_copy(
+    pid: i32,
+    dir: VmDir,
+    remote: usize,
+    local: usize,
+    len: usize,
+) -> std::result::Result<(), VmError> {
+    if len == 0 {
+        return Ok(());
+    }
+    if remote >= USER_TOP || remote.checked_add(len).map_or(true, |e| e > USER_TOP) {
+        return Err(VmError::Fault);
+    }
+    let p = page_size();
+    let first = remote & !(p - 1);
+    let last = (remote + len - 1) & !(p - 1);
+    if first != last {
+        vm_probe(pid, remote, len)?;
+    }
+    let l = libc::iovec {
+        iov_base: local as *mut libc::c_void,
+        iov_len: len,
+    };
+    let r = libc::iovec {
+        iov_base: remote as *mut libc::c_void,
+        iov_len: len,
+    };
+    // SAFETY: the kernel validates both ranges (EFAULT on a bad one); no Rust
+    // reference to either is created.
+    let n = unsafe {
+        match dir {
+            VmDir::Write => libc::process_vm_writev(pid, &l, 1, &r, 1, 0),
+            VmDir::Read => libc::process_vm_readv(pid, &l, 1, &r, 1, 0),
+        }
+    };
+    if n == len as isize {
+        return Ok(());
+    }
+    Err(if n >= 0 { VmError::Fault } else { vm_errno() })
+}
+
+/// Read one byte of every page `[remote, remote+len)` touches, in one call.
+fn vm_probe(pid: i32, remote: usize, len: usize) -> std::result::Result<(), VmError> {
+    const BATCH: usize = 256; // below every kernel's IOV_MAX (1024)
+    let p = page_size();
+    let mut sink = [0u8; BATCH];
+    let mut at = remote;
+    let end = remote + len;
+    while at < end {
+        let mut iov: Vec<libc::iovec> = Vec::with_capacity(BATCH);
+        while at < end && iov.len() < BATCH {
+            iov.push(libc::iovec {
+                iov_base: at as *mut libc::c_void,
+                iov_len: 1,
+            });
+            at = (at & !(p - 1)) + p;
+        }
+        let local = libc::iovec {
+            iov_base: sink.as_mut_ptr() as *mut libc::c_void,
+            iov_len: iov.len(),
+        };
+        // SAFETY: `sink` holds iov.len() bytes; the kernel validates the remote ones.
+        let n = unsafe { libc::process_vm_readv(pid, &local, 1, iov.as_ptr(), iov.len() as _, 0) };
+        if n != iov.len() as isize {
+            return Err(if n >= 0 { VmError::Fault } else { vm_errno() });
+        }
+    }
+    Ok(())
+}
+
+fn vm_errno() -> VmError {
+    match std::io::Error::last_os_error().raw_os_error().unwrap_or(0) {
+        libc::EFAULT | libc::ENOMEM | libc::EINVAL => VmError::Fault,
+        libc::EPERM | libc::EACCES | libc::ENOSYS => VmError::Denied,
+        libc::ESRCH => VmError::Gone,
+        e => VmError::Other(e),
+    }
+}
+
+/// Let any process of this user attach to us with the kernel's single copy (Yama's
+/// `ptrace_scope` 1 otherwise allows only descendants). Harmless without Yama.
+pub fn allow_single_copy_peers() {
+    // SAFETY: prctl with integer arguments; failure only means Yama is absent or
+    // stricter, which the init probe then detects.
+    unsafe {
+        libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0);
+    }
 }
 
 /// Physical memory of this machine in bytes (0 if unknown).
@@ -280,5 +513,64 @@ mod tests {
         let p = page_size();
         assert_eq!(page_span(p + 1, 1), (p, p));
         assert_eq!(page_span(p - 1, 2), (0, 2 * p));
+    }
+}
+
+#[cfg(test)]
+mod maps_tests {
+    use super::*;
+
+    const TEXT: &str = "\
+1000-3000 rw-p 00000000 00:00 0
+3000-4000 r--p 00000000 00:00 0
+4000-5000 ---p 00000000 00:00 0
+5000-6000 rw-p 00000000 00:00 0
+8000-9000 rw-p 00000000 00:00 0 [stack]
+ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0 [vsyscall]
+";
+
+    #[test]
+    fn protections_are_honoured() {
+        let m = Maps::parse(TEXT);
+        assert!(m.allows(0x1000, 0x2000, Need::ReadWrite));
+        assert!(m.allows(0x2ff8, 0x10, Need::Read));
+        assert!(
+            !m.allows(0x2ff8, 0x10, Need::ReadWrite),
+            "straddles into read-only"
+        );
+        assert!(!m.allows(0x4000, 8, Need::Read), "PROT_NONE");
+        assert!(
+            !m.allows(0x5ff8, 0x10, Need::Read),
+            "runs off the end of a mapping"
+        );
+        assert!(!m.allows(0x7000, 8, Need::Read), "never mapped");
+        assert!(
+            !m.allows(0xffff_ffff_ff60_0000, 8, Need::Read),
+            "kernel half"
+        );
+        assert_eq!(
+            m.extent(0x1800, 8, 0, 0x10000),
+            Some((0x1000, 0x3000, true))
+        );
+        assert_eq!(
+            m.extent(0x3800, 8, 0, 0x10000),
+            Some((0x1000, 0x4000, false))
+        );
+        assert_eq!(
+            m.extent(0x3800, 8, 0x3000, 0x3800 + 8),
+            Some((0x3000, 0x3808, false))
+        );
+        assert_eq!(m.extent(0x4800, 8, 0, 0x10000), None);
+    }
+
+    #[test]
+    fn own_mappings_are_seen() {
+        let m = Maps::read();
+        let x = Box::new(5u64);
+        assert!(m.allows(&*x as *const u64 as usize, 8, Need::ReadWrite));
+        static RO: [u8; 16] = [1; 16];
+        assert!(m.allows(RO.as_ptr() as usize, 16, Need::Read));
+        assert!(!m.allows(RO.as_ptr() as usize, 16, Need::ReadWrite));
+        assert!(!m.allows(8, 8, Need::Read));
     }
 }

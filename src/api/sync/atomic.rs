@@ -47,6 +47,7 @@ impl CtxInner {
                 len * 8
             );
         }
+        self.check_not_internal(r, addr, len)?;
         if let Some(p) = self.conduit.native(r, addr, len) {
             // SAFETY: the conduit maps this word for every rank and every rank operates
             // on it only through cpu_atomic (native()'s contract); aligned above.
@@ -76,7 +77,7 @@ impl CtxInner {
         super::super::am::check_not_in_handler("atomic on firehose-managed memory")?;
         // Any address of another rank: firehose pins it there (or the target refuses
         // with FH_ERR_ACCESS); the transport then operates on it one-sidedly.
-        match self.fh_acquire_remote(r, addr, len, Carry::None)? {
+        match self.fh_acquire_remote(r, addr, len, Carry::None, true)? {
             Grant::Pins(p) => {
                 let v = self.conduit.atomic(r, addr, w, op);
                 self.fh_release_pins(p);

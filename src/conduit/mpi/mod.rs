@@ -48,6 +48,10 @@ const OMPI_MAX_ATTACH: usize = 64;
 const MAGIC: u16 = 0xFC01;
 const FLAG_LONG: u16 = 1;
 
+/// Words every rank publishes at start-up: heap base, heap length, start of its
+/// shared segment (0 if none), process id.
+const WORDS: usize = 4;
+
 /// Idle polls between full scans of the AM receives.
 const SCAN_EVERY: u32 = 8;
 
@@ -129,6 +133,15 @@ pub struct MpiConduit {
     /// Per rank: where its library heap appears in *our* address space when it is on
     /// this node and mapped here (puts/gets to it are then plain copies).
     peer_heaps: Vec<Option<usize>>,
+    /// Per rank: its process id when it is a node peer we reach with the kernel's
+    /// single copy (`process_vm_readv`/`writev`), else 0.
+    cma: Vec<i32>,
+    /// Node peers' *any* address goes through the single copy (needs `FH_SHM`: with
+    /// `FH_SHM=0` firehose serves every peer and the single copy only carries the
+    /// bytes of dynamic-window accesses, where it is checked and MPI's is not).
+    cma_any: bool,
+    /// What `fh_config_print` says about the single-copy path.
+    cma_note: String,
     /// Every rank's heap is mapped here (one node, `FH_SHM`): atomics on heap words
     /// are CPU atomics for *every* rank, so they are atomic across all operations.
     /// Otherwise every rank uses MPI compare-and-swap for every heap word.
@@ -334,6 +347,109 @@ impl SharedHeaps {
     }
 }
 
+/// Decide, together with the node, whether node peers reach each other with the
+/// kernel's single copy: every rank probes every node peer's heap (a known mapped
+/// address) and the node takes the minimum, so either all pairs use it or none.
+/// `all` is the start-up table (`WORDS` per rank). Returns per-rank pids and a note.
+fn single_copy_peers(comm: ffi::MPI_Comm, rank: usize, all: &[u64]) -> (Vec<i32>, String) {
+    let size = all.len() / WORDS;
+    let Ok((node, members)) = node_members(comm) else {
+        return (
+            vec![0; size],
+            "DISABLED (cannot tell which ranks share this node)".into(),
+        );
+    };
+    let mut ok_here: c_int = 1;
+    let mut why = String::new();
+    for &r in members.iter().filter(|&&r| r != rank) {
+        let (pid, heap) = (all[WORDS * r + 3] as i32, all[WORDS * r] as usize);
+        let mut probe = 0u64;
+        if let Err(e) = os::vm_copy(
+            pid,
+            os::VmDir::Read,
+            heap,
+            &mut probe as *mut u64 as usize,
+            8,
+        ) {
+            ok_here = 0;
+            why = format!("rank {} (pid {}) not reachable: {:?}", r, pid, e);
+            break;
+        }
+    }
+    let mut ok_all: c_int = 0;
+    // SAFETY: one int in, one int out, on the node communicator we own.
+    let rc = unsafe {
+        ffi::PMPI_Allreduce(
+            &ok_here as *const c_int as *const c_void,
+            &mut ok_all as *mut c_int as *mut c_void,
+            1,
+            ffi::RSMPI_INT32_T,
+            ffi::RSMPI_MIN,
+            node,
+        )
+    };
+    let mut node = node;
+    // SAFETY: the communicator node_members made for us.
+    unsafe { ffi::MPI_Comm_free(&mut node) };
+    if rc != ffi::MPI_SUCCESS as c_int || ok_all == 0 {
+        let why = if why.is_empty() {
+            "a node peer cannot reach its peers".into()
+        } else {
+            why
+        };
+        return (
+            vec![0; size],
+            format!("DISABLED ({}; Yama ptrace_scope or a container without CAP_SYS_PTRACE?): node peers' memory outside the heap goes through firehose", why),
+        );
+    }
+    let mut pids = vec![0; size];
+    for &r in members.iter().filter(|&&r| r != rank) {
+        pids[r] = all[WORDS * r + 3] as i32;
+    }
+    (
+        pids,
+        format!(
+            "on for {} node peers (process_vm_readv/writev): put/get to any of their addresses without their CPU",
+            members.len() - 1
+        ),
+    )
+}
+
+/// The ranks of `comm` that share this node (`MPI_COMM_TYPE_SHARED`), and the node
+/// communicator (the caller frees it).
+fn node_members(comm: ffi::MPI_Comm) -> Result<(ffi::MPI_Comm, Vec<usize>)> {
+    // SAFETY: plain MPI calls with out-parameters on this frame; groups are freed.
+    unsafe {
+        let mut node: ffi::MPI_Comm = std::mem::zeroed();
+        check(
+            ffi::MPI_Comm_split_type(
+                comm,
+                ffi::RSMPI_COMM_TYPE_SHARED as c_int,
+                0,
+                ffi::RSMPI_INFO_NULL,
+                &mut node,
+            ),
+            || "MPI_Comm_split_type(SHARED)".into(),
+        )?;
+        let mut n: c_int = 0;
+        ffi::MPI_Comm_size(node, &mut n);
+        let (mut g_node, mut g_comm) = (std::mem::zeroed(), std::mem::zeroed());
+        ffi::MPI_Comm_group(node, &mut g_node);
+        ffi::MPI_Comm_group(comm, &mut g_comm);
+        let local: Vec<c_int> = (0..n).collect();
+        let mut members = vec![0 as c_int; n as usize];
+        let rc =
+            ffi::MPI_Group_translate_ranks(g_node, n, local.as_ptr(), g_comm, members.as_mut_ptr());
+        ffi::MPI_Group_free(&mut g_node);
+        ffi::MPI_Group_free(&mut g_comm);
+        if let Err(e) = check(rc, || "MPI_Group_translate_ranks".into()) {
+            ffi::MPI_Comm_free(&mut node);
+            return Err(e);
+        }
+        Ok((node, members.iter().map(|&m| m as usize).collect()))
+    }
+}
+
 fn u8t() -> ffi::MPI_Datatype {
     // SAFETY: reading an extern constant of rsmpi's C shim.
     unsafe { ffi::RSMPI_UINT8_T }
@@ -481,33 +597,53 @@ impl MpiConduit {
             // Heap base, length, and (when shared) where the shared segment starts,
             // so a node peer can find our heap inside its view of the segment.
             let raw = shm.as_ref().map_or(0, |sh| sh.raw);
-            let mine = [heap.addr() as u64, heap.len() as u64, raw as u64];
-            let mut all = vec![0u64; 3 * size];
+            // Node peers may read and write us with the kernel's single copy; the
+            // allgather below is the barrier between this and their probes.
+            os::allow_single_copy_peers();
+            let mine = [
+                heap.addr() as u64,
+                heap.len() as u64,
+                raw as u64,
+                libc::getpid() as u64,
+            ];
+            let mut all = vec![0u64; WORDS * size];
             check(
                 ffi::PMPI_Allgather(
                     mine.as_ptr() as *const c_void,
-                    24,
+                    8 * WORDS as c_int,
                     u8t(),
                     all.as_mut_ptr() as *mut c_void,
-                    24,
+                    8 * WORDS as c_int,
                     u8t(),
                     rma_comm,
                 ),
                 || "MPI_Allgather (heap addresses)".into(),
             )?;
             let remote_heaps: Vec<(usize, usize)> = all
-                .chunks(3)
+                .chunks(WORDS)
                 .map(|c| (c[0] as usize, c[1] as usize))
                 .collect();
             let mut peer_heaps = vec![None; size];
             if let Some(sh) = &shm {
                 for (&r, &view) in sh.members.iter().zip(&sh.views) {
-                    let c = &all[3 * r..3 * r + 3];
+                    let c = &all[WORDS * r..WORDS * r + WORDS];
                     // Their heap starts (base - raw) bytes into their segment.
                     peer_heaps[r] = Some(view + (c[0] - c[2]) as usize);
                 }
             }
 
+            let (cma, mut cma_note) = if cfg.cma && windows {
+                single_copy_peers(rma_comm, rank, &all)
+            } else {
+                (vec![0; size], "off (FH_CMA=0)".into())
+            };
+            let cma_any = shm.is_some() && cma.iter().any(|&p| p != 0);
+            if !cma_any && cma.iter().any(|&p| p != 0) {
+                cma_note = format!(
+                    "{}; without node-shared heaps (FH_SHM=0) only firehose-pinned and registered memory is copied this way, after firehose made it accessible",
+                    cma_note
+                );
+            }
             let n = cfg.am_recv_buffers;
             let recv = RecvState {
                 reqs: vec![ffi::RSMPI_REQUEST_NULL; n],
@@ -547,6 +683,9 @@ impl MpiConduit {
                         .enumerate()
                         .all(|(r, v)| r == rank || v.is_some()),
                 peer_heaps,
+                cma,
+                cma_any,
+                cma_note,
                 guess: (0..GUESS_SLOTS).map(|_| AtomicU64::new(0)).collect(),
                 heap_locked,
                 heap_win: H(heap_win),
@@ -615,6 +754,66 @@ impl MpiConduit {
     ) -> Result<()> {
         // SAFETY: forwarded contract.
         unsafe { self.rma(false, rank, raddr, dst, len, true) }
+    }
+
+    /// The process id of `rank` when it is reached with the kernel's single copy.
+    #[inline]
+    pub fn single_copy_pid(&self, rank: usize) -> Option<i32> {
+        if !self.cma_any {
+            return None;
+        }
+        self.pid_for_copy(rank)
+    }
+
+    #[inline]
+    fn pid_for_copy(&self, rank: usize) -> Option<i32> {
+        match self.cma.get(rank) {
+            Some(&p) if p != 0 => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Copy to or from any address of node peer `rank` through the kernel, complete
+    /// on return. Errors: `FH_ERR_ACCESS` for memory the peer does not have mapped
+    /// with the needed protection (the peer is never touched or interrupted).
+    pub fn single_copy(
+        &self,
+        rank: usize,
+        put: bool,
+        raddr: usize,
+        local: usize,
+        len: usize,
+    ) -> Result<()> {
+        let Some(pid) = self.pid_for_copy(rank) else {
+            bail!(
+                Unsupported,
+                "rank {} is not reached with the kernel's single copy",
+                rank
+            );
+        };
+        let dir = if put {
+            os::VmDir::Write
+        } else {
+            os::VmDir::Read
+        };
+        os::vm_copy(pid, dir, raddr, local, len).map_err(|e| match e {
+            os::VmError::Fault => crate::err!(
+                Access,
+                "{} {} bytes at {:#x} of rank {}: that memory is not {} there (unmapped, protected, or partly outside a mapping)",
+                if put { "put of" } else { "get of" },
+                len,
+                raddr,
+                rank,
+                if put { "mapped writable" } else { "mapped readable" }
+            ),
+            os::VmError::Gone => crate::err!(Transport, "rank {} (pid {}) has exited", rank, pid),
+            other => crate::err!(Transport, "single copy to rank {} failed: {:?}", rank, other),
+        })
+    }
+
+    /// `fh_config_print`'s line on the single-copy path.
+    pub fn single_copy_note(&self) -> &str {
+        &self.cma_note
     }
 
     pub fn heap_locked(&self) -> bool {
@@ -790,6 +989,15 @@ impl MpiConduit {
             }
         }
         let (win, disp, bit) = self.resolve(rank, raddr, len);
+        if bit == WIN_DYN && self.pid_for_copy(rank).is_some() {
+            // User memory of a node peer: the kernel copies it and checks it. Open
+            // MPI's one-sided path over the same copy retries an EFAULT for ever (a
+            // peer that unmapped memory it had exposed would spin us), MPICH's
+            // UCX aborts; here it is FH_ERR_ACCESS.
+            let r = self.single_copy(rank, is_put, raddr, local as usize, len);
+            fence(Ordering::Release);
+            return r;
+        }
         let _s = self.serial();
         let dt = u8t();
         let mut off = 0usize;
