@@ -295,7 +295,14 @@ impl CtxInner {
             Ok(id) => {
                 Stats::add(&self.stats.am_requests_sent, 1);
                 if let Some(id) = id {
-                    self.wait_until(|| self.conduit.send_done(id))?;
+                    self.wait_for(
+                        crate::api::stall::Wait::new(
+                            "fh_am_request_long",
+                            Some(dest),
+                            "the receiver taking the long payload",
+                        ),
+                        || self.conduit.send_done(id),
+                    )?;
                 }
                 Ok(())
             }

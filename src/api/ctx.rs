@@ -511,21 +511,6 @@ impl CtxInner {
         }
     }
 
-    /// Progress until `done()` is true. Not allowed in handlers.
-    pub fn wait_until(&self, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
-        loop {
-            if done()? {
-                return Ok(());
-            }
-            if self.state.load(Ordering::Acquire) == State::Finalized as u8 {
-                bail!(State, "context was finalized while waiting");
-            }
-            if self.progress_once()? == 0 {
-                self.conduit.idle();
-            }
-        }
-    }
-
     pub(crate) fn new_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }

@@ -917,7 +917,14 @@ impl CtxInner {
             return Err(e);
         }
         self.count(&fh.stats.moves_sent, 1);
-        let w = self.wait_until(|| Ok(fh.moves.lock().get(&id).is_some_and(|s| s.is_some())));
+        let w = self.wait_for(
+            crate::api::stall::Wait::new(
+                "fh_put/fh_get/atomic/fh_remote_pin (firehose miss)",
+                Some(rank),
+                "the answer to a firehose move (the target pins its memory)",
+            ),
+            || Ok(fh.moves.lock().get(&id).is_some_and(|s| s.is_some())),
+        );
         let ans = fh.moves.lock().remove(&id).flatten();
         fh.get_dst.lock().remove(&id);
         w?;
@@ -962,7 +969,12 @@ impl CtxInner {
     fn wait_moves(&self, ids: &[u64]) -> Result<()> {
         let fh = &self.fh;
         // A move whose slot is gone was answered and consumed by its sender.
-        self.wait_until(|| {
+        let what = crate::api::stall::Wait::new(
+            "fh_put/fh_get (firehose miss)",
+            None,
+            "the answer to another thread's firehose move",
+        );
+        self.wait_for(what, || {
             let m = fh.moves.lock();
             Ok(ids.iter().all(|i| m.get(i).map_or(true, |s| s.is_some())))
         })
@@ -1129,7 +1141,14 @@ impl CtxInner {
                 }
                 crate::api::stats::Stats::add(&self.stats.invalidations_sent, 1);
             }
-            let w = self.wait_until(|| Ok(self.invals.lock().get(&id).copied().unwrap_or(0) == 0));
+            let w = self.wait_for(
+                crate::api::stall::Wait::new(
+                    "fh_mem_register/fh_mem_invalidate",
+                    None,
+                    "the acknowledgement of an invalidation from a rank holding firehoses there",
+                ),
+                || Ok(self.invals.lock().get(&id).copied().unwrap_or(0) == 0),
+            );
             self.invals.lock().remove(&id);
             w?;
             first?;
@@ -1587,6 +1606,7 @@ impl CtxInner {
                     0,
                     0,
                     CARRY_NONE,
+                    MOVE_WRITE,
                 ];
                 if let Err(e) =
                     self.am_request(pp.rank, Category::Medium, H_FH_MOVE, &args, &payload, None)
@@ -1786,12 +1806,16 @@ fn read_u64s(b: &[u8], n: usize) -> Option<Vec<u64>> {
 /// a carried get (done) its op_len bytes.
 pub(crate) fn handle_move(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     let a = f.args();
-    if a.len() != 7 {
-        return;
-    }
     let reply = |args: &[u64], payload: &[u8]| {
         let _ = ctx.am_reply(tok, Category::Medium, H_FH_ANSWER, args, payload, None);
     };
+    if a.len() != 7 {
+        // Malformed: refuse it (the mover waits for an answer, so never drop it).
+        if let Some(&id) = a.first() {
+            reply(&[id, Status::InvalidArg.code() as i64 as u64, 0, 0], &[]);
+        }
+        return;
+    }
     process_move(ctx, tok.src, a, f.payload, &reply);
 }
 

@@ -192,7 +192,14 @@ impl CtxInner {
                 }
                 Stats::add(&self.stats.invalidations_sent, 1);
             }
-            let w = self.wait_until(|| Ok(self.invals.lock().get(&id).copied().unwrap_or(0) == 0));
+            let w = self.wait_for(
+                crate::api::stall::Wait::new(
+                    "fh_mem_unregister/fh_mem_invalidate",
+                    None,
+                    "the acknowledgement of an invalidation from a rank that cached the region",
+                ),
+                || Ok(self.invals.lock().get(&id).copied().unwrap_or(0) == 0),
+            );
             self.invals.lock().remove(&id);
             w?;
         }

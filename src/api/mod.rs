@@ -10,6 +10,7 @@ pub mod mem;
 pub mod progress;
 pub mod rma;
 pub mod rpipe;
+pub mod stall;
 pub mod stats;
 pub mod sync;
 pub mod wire;

@@ -224,7 +224,9 @@ pub fn open_checked(ctx: &Arc<CtxInner>, peer: i64, spec: Result<Spec>) -> Resul
         return Err(e);
     }
     let mut theirs = None;
-    let waited = ctx.wait_until(|| {
+    let what =
+        crate::api::stall::Wait::new("rpipe_open", Some(peer), "the peer's matching rpipe_open");
+    let waited = ctx.wait_for(what, || {
         theirs = ctx.rpipe.hellos.lock().remove(&(peer, k));
         Ok(theirs.is_some())
     });
@@ -368,7 +370,12 @@ impl Pipe {
             None,
         )?;
         let key = (self.peer, self.id);
-        ctx.wait_until(|| Ok(ctx.rpipe.byes.lock().remove(&key)))?;
+        let what = crate::api::stall::Wait::new(
+            "rpipe_close",
+            Some(self.peer),
+            "the peer's matching rpipe_close",
+        );
+        ctx.wait_for(what, || Ok(ctx.rpipe.byes.lock().remove(&key)))?;
         for b in self.blocks() {
             ctx.heap.free(b)?;
         }

@@ -346,6 +346,14 @@ impl Pipe {
         }
         let immediate = matches!(self.policy, Policy::BestFit | Policy::WorstFit);
         let mut counted = false;
+        let mut watch = crate::api::stall::Watch::new(
+            &self.ctx,
+            crate::api::stall::Wait::new(
+                "rpipe_rmalloc",
+                Some(self.peer),
+                "free space: the reader has not read and freed enough messages",
+            ),
+        );
         loop {
             // Loaded before the attempt: if the peer had closed by then, its last
             // frees are already visible to the sync below.
@@ -389,6 +397,7 @@ impl Pipe {
             if self.ctx.progress_once()? == 0 {
                 self.ctx.conduit.idle();
             }
+            watch.round()?;
         }
     }
 
@@ -581,6 +590,10 @@ impl Pipe {
             am::check_not_in_handler("rpipe_rread")?;
         }
         let mut polls = 0u32;
+        let mut watch = crate::api::stall::Watch::new(
+            &self.ctx,
+            crate::api::stall::Wait::new("rpipe_rread", Some(self.peer), "a message"),
+        );
         loop {
             let peer_closed = self.peer_closed.load(Ordering::Acquire);
             if let Some(m) = self.take_one()? {
@@ -608,6 +621,7 @@ impl Pipe {
             } else if self.ctx.progress_once()? == 0 {
                 self.ctx.conduit.idle();
             }
+            watch.round()?;
         }
     }
 

@@ -108,17 +108,23 @@ impl CtxInner {
 
     /// Wait (progressing AMs) until `done()`; spins briefly first, then yields the
     /// CPU between checks (ranks may outnumber cores).
-    pub(crate) fn sync_wait(&self, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
+    pub(crate) fn sync_wait(
+        &self,
+        what: crate::api::stall::Wait,
+        mut done: impl FnMut() -> Result<bool>,
+    ) -> Result<()> {
         for _ in 0..32 {
             if done()? {
                 return Ok(());
             }
             std::hint::spin_loop();
         }
+        let mut watch = crate::api::stall::Watch::new(self, what);
         loop {
             if done()? {
                 return Ok(());
             }
+            watch.round()?;
             if self.state() == crate::api::ctx::State::Finalized {
                 bail!(State, "context was finalized while waiting");
             }

@@ -362,7 +362,12 @@ impl CtxInner {
     pub fn barrier_wait(&self, id: i64, flags: i32) -> Result<()> {
         crate::api::am::check_not_in_handler("fh_barrier_wait")?;
         let mut r = Ok(());
-        self.sync_wait(|| match self.barrier_try(id, flags) {
+        let what = crate::api::stall::Wait::new(
+            "fh_barrier/fh_barrier_wait",
+            None,
+            "the barrier flag of a rank that has not notified",
+        );
+        self.sync_wait(what, || match self.barrier_try(id, flags) {
             Ok(done) => Ok(done),
             Err(e) => {
                 r = Err(e);
@@ -379,7 +384,9 @@ impl CtxInner {
             // No sync area (tiny heaps): the conduit's barrier, still serving AMs.
             self.check_live()?;
             self.conduit.barrier_start()?;
-            return self.wait_until(|| self.conduit.barrier_test());
+            let what =
+                crate::api::stall::Wait::new("fh_barrier", None, "the arrival of every rank");
+            return self.wait_for(what, || self.conduit.barrier_test());
         }
         self.barrier_notify(0, ANONYMOUS)?;
         self.barrier_wait(0, ANONYMOUS)

@@ -55,7 +55,12 @@ impl CtxInner {
         let seq = ch.sent[dst];
         let credit = a.credit(self.area_base(self.rank), dst);
         if seq >= SLOTS as u64 {
-            self.sync_wait(|| {
+            let what = crate::api::stall::Wait::new(
+                "fh_broadcast/fh_reduce/fh_allreduce/fh_allgather",
+                Some(dst),
+                "room in its inbox (a credit): it has not entered the collective",
+            );
+            self.sync_wait(what, || {
                 Ok(seq - self.word(self.rank, credit, AtomicOp::Fetch)? < SLOTS as u64)
             })?;
         }
@@ -94,7 +99,12 @@ impl CtxInner {
         let hdr = a.inbox_hdr(self.area_base(self.rank), src, slot);
         let want = (seq + 1) & TAG_MASK;
         let mut word = 0;
-        self.sync_wait(|| {
+        let what = crate::api::stall::Wait::new(
+            "fh_broadcast/fh_reduce/fh_allreduce/fh_allgather",
+            Some(src),
+            "its next chunk: it has not entered the collective",
+        );
+        self.sync_wait(what, || {
             word = self.word(self.rank, hdr, AtomicOp::Fetch)?;
             Ok(word >> 32 == want)
         })?;

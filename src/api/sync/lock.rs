@@ -130,7 +130,14 @@ impl CtxInner {
             if !wait {
                 return Ok(false);
             }
-            self.sync_wait(|| Ok(l.local.load(Ordering::Relaxed) == Local::Free as u8))?;
+            let what = crate::api::stall::Wait::new(
+                "fh_lock",
+                None,
+                "another thread of this rank releasing the lock",
+            );
+            self.sync_wait(what, || {
+                Ok(l.local.load(Ordering::Relaxed) == Local::Free as u8)
+            })?;
         }
     }
 
@@ -184,7 +191,14 @@ impl CtxInner {
     /// The second half: poll our own `locked` word until the predecessor clears it.
     pub fn lock_wait_granted(&self, l: &Lock) -> Result<()> {
         let locked = self.lock_word(self.rank, l.id, LOCKED)?;
-        self.sync_wait(|| Ok(self.word(self.rank, locked, AtomicOp::Fetch)? == 0))
+        let what = crate::api::stall::Wait::new(
+            "fh_lock",
+            None,
+            "the lock, handed over by the rank ahead in the queue",
+        );
+        self.sync_wait(what, || {
+            Ok(self.word(self.rank, locked, AtomicOp::Fetch)? == 0)
+        })
     }
 
     /// `fh_lock_try`: `Ok(true)` if acquired, `Ok(false)` (FH_NOT_READY) if held.
@@ -246,7 +260,12 @@ impl CtxInner {
             }
             // The successor race: someone swapped the tail but has not linked yet.
             crate::api::am::check_not_in_handler("fh_lock_release")?;
-            self.sync_wait(|| {
+            let what = crate::api::stall::Wait::new(
+                "fh_lock_release",
+                None,
+                "the next waiter linking itself behind us",
+            );
+            self.sync_wait(what, || {
                 succ = self.word(me, next, AtomicOp::Fetch)?;
                 Ok(succ != 0)
             })?;

@@ -811,6 +811,17 @@ impl MpiConduit {
         })
     }
 
+    /// True when `rank` is a process of this node that no longer exists (only
+    /// known for node peers reached with the single copy; others: false).
+    pub fn peer_exited(&self, rank: usize) -> bool {
+        let Some(pid) = self.pid_for_copy(rank) else {
+            return false;
+        };
+        // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+        let rc = unsafe { libc::kill(pid, 0) };
+        rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    }
+
     /// `fh_config_print`'s line on the single-copy path.
     pub fn single_copy_note(&self) -> &str {
         &self.cma_note

@@ -1,0 +1,148 @@
+//! Stall diagnosis: a blocking wait that lasts says why, and may give up.
+//!
+//! Every blocking wait of the library that depends on a peer carries a [`Wait`]:
+//! which call waits, for which peer, and for what. A [`Watch`] reads the clock every
+//! few hundred rounds of the wait loop (a clock read per round would cost more than
+//! the poll itself) and
+//! - after `FH_STALL_WARN` seconds prints one line on stderr naming this rank, the
+//!   call, the peer, what is missing and the likely fix, once per wait;
+//! - after `FH_STALL_ABORT` seconds (if set) ends the wait with `FH_ERR_TRANSPORT`
+//!   and the same text;
+//! - at once, when the peer is a process on this node that no longer exists
+//!   (`FH_ERR_TRANSPORT`): a dead peer never answers.
+
+use super::ctx::CtxInner;
+use crate::runtime::error::{Error, Result};
+use std::time::{Duration, Instant};
+
+/// What a blocking wait waits for.
+#[derive(Clone, Copy, Debug)]
+pub struct Wait {
+    /// The public call (or family of calls) that waits.
+    pub call: &'static str,
+    /// The rank whose answer or action is missing (None: several or any).
+    pub peer: Option<usize>,
+    /// What has not arrived.
+    pub missing: &'static str,
+}
+
+impl Wait {
+    pub const fn new(call: &'static str, peer: Option<usize>, missing: &'static str) -> Wait {
+        Wait {
+            call,
+            peer,
+            missing,
+        }
+    }
+}
+
+/// Rounds of a wait loop between clock reads.
+const ROUNDS_PER_CHECK: u32 = 256;
+
+/// Watches one blocking wait (see the module documentation).
+pub struct Watch<'a> {
+    ctx: &'a CtxInner,
+    what: Wait,
+    t0: Instant,
+    rounds: u32,
+    warned: bool,
+}
+
+impl<'a> Watch<'a> {
+    pub fn new(ctx: &'a CtxInner, what: Wait) -> Watch<'a> {
+        Watch {
+            ctx,
+            what,
+            t0: Instant::now(),
+            rounds: 0,
+            warned: false,
+        }
+    }
+
+    /// Call once per round of the wait loop.
+    #[inline]
+    pub fn round(&mut self) -> Result<()> {
+        self.rounds = self.rounds.wrapping_add(1);
+        if self.rounds % ROUNDS_PER_CHECK != 0 {
+            return Ok(());
+        }
+        self.check()
+    }
+
+    #[cold]
+    fn check(&mut self) -> Result<()> {
+        let cfg = &self.ctx.cfg;
+        if let (Some(p), Some(m)) = (self.what.peer, self.ctx.mpi.as_deref()) {
+            if m.peer_exited(p) {
+                return Err(self.error("has exited"));
+            }
+        }
+        let waited = self.t0.elapsed();
+        if let Some(s) = cfg.stall_abort_s {
+            if waited >= Duration::from_secs(s) {
+                return Err(self.error(&format!("did not answer within FH_STALL_ABORT={} s", s)));
+            }
+        }
+        if !self.warned && cfg.stall_warn_s > 0 && waited >= Duration::from_secs(cfg.stall_warn_s) {
+            self.warned = true;
+            eprintln!("{}", self.line(waited));
+        }
+        Ok(())
+    }
+
+    fn who(&self) -> String {
+        match self.what.peer {
+            Some(p) => format!("rank {}", p),
+            None => "its peers".into(),
+        }
+    }
+
+    /// The one-line diagnosis.
+    fn line(&self, waited: Duration) -> String {
+        format!(
+            "firehose[rank {}]: {} has waited {:.0} s for {}: {} has not arrived. {} is not \
+             serving the library: it computes without calling firehose, waits in a call that \
+             does not serve it, or never makes the matching call. Fix: make that rank call \
+             fh_poll during long computations, or run with FH_PROGRESS=thread \
+             (MPI_THREAD_MULTIPLE), and keep FH_MPI_PROGRESS=1 with -lfirehose linked before \
+             MPI so blocking MPI calls serve it. (FH_STALL_WARN=0 silences this line; \
+             FH_STALL_ABORT=N gives up after N s.)",
+            self.ctx.rank,
+            self.what.call,
+            waited.as_secs_f64(),
+            self.who(),
+            self.what.missing,
+            self.who(),
+        )
+    }
+
+    fn error(&self, how: &str) -> Error {
+        crate::err!(
+            Transport,
+            "{} gave up waiting for {}, which {}: {} never arrived",
+            self.what.call,
+            self.who(),
+            how,
+            self.what.missing
+        )
+    }
+}
+
+impl CtxInner {
+    /// Progress until `done()` is true, watched as `what`. Not allowed in handlers.
+    pub fn wait_for(&self, what: Wait, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
+        let mut watch = Watch::new(self, what);
+        loop {
+            if done()? {
+                return Ok(());
+            }
+            if self.state() == super::ctx::State::Finalized {
+                crate::bail!(State, "context was finalized while waiting");
+            }
+            if self.progress_once()? == 0 {
+                self.conduit.idle();
+            }
+            watch.round()?;
+        }
+    }
+}
