@@ -16,6 +16,9 @@
 static unsigned char pat(int owner, size_t o) { return (unsigned char)(owner * 83 + o * 5 + (o >> 12)); }
 
 int main(int argc, char **argv) {
+  /* Firehose itself is under test: node peers' memory would otherwise go through the
+   * kernel's single copy (FH_CMA). An explicit FH_CMA in the environment still wins. */
+  setenv("FH_CMA", "0", 0);
   MPI_Init(&argc, &argv);
   fh_ctx_t *ctx;
   CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));

@@ -376,6 +376,9 @@ static size_t probe_local_share(void) {
 
 int main(int argc, char **argv) {
   int provided;
+  /* Firehose itself is under test: node peers' memory would otherwise go through the
+   * kernel's single copy (FH_CMA). An explicit FH_CMA in the environment still wins. */
+  setenv("FH_CMA", "0", 0);
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   fh_test_rank = me;

@@ -73,6 +73,9 @@ pub struct CtxInner {
     /// Bytes at the start of every rank's heap that hold the library's own
     /// structures (the sync area): public puts, gets and atomics are refused there.
     pub internal: usize,
+    /// Offset of the registration table from every heap's base (`api::regtab`).
+    pub regtab_off: usize,
+    pub regtab: super::regtab::RegTab,
     pub remote: RemoteCache,
     pub stats: Stats,
     /// Firehose: tables, moves in flight, explicit pins (`api::fh`).
@@ -357,6 +360,20 @@ impl CtxInner {
         info.push(params.describe());
         let remote_heaps: Vec<(usize, usize)> = (0..size).map(|r| conduit.remote_heap(r)).collect();
         let (sync, reserved) = super::sync::SyncState::new(&remote_heaps, cfg.barrier);
+        // The registration table follows the sync area, when every heap has room.
+        let tab = super::regtab::Layout::new(size);
+        let tab_fits = reserved > 0
+            && remote_heaps
+                .iter()
+                .all(|&(_, l)| l >= reserved + tab.bytes + (64 << 10));
+        let layout = tab_fits.then_some(tab);
+        let internal = reserved + layout.map_or(0, |t| t.bytes);
+        if layout.is_none() {
+            info.push(
+                "registration table: none (heap too small): the first access to a registered region asks its owner"
+                    .into(),
+            );
+        }
         if reserved == 0 {
             info.push(
                 "sync area: none (heap too small): locks, barriers and collectives are unavailable"
@@ -369,10 +386,12 @@ impl CtxInner {
             concurrent,
             am: AmState::new(size, cfg.credits_for(size)),
             rma: RmaState::new(size),
-            heap: Heap::new(hb + reserved, hl - reserved),
+            heap: Heap::new(hb + internal, hl - internal),
             local_regs: LocalRegions::new(size),
             remote_heaps,
-            internal: reserved,
+            internal,
+            regtab_off: reserved,
+            regtab: super::regtab::RegTab::new(layout),
             sync,
             remote: RemoteCache::new(size),
             stats: Stats::default(),

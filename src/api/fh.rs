@@ -927,6 +927,13 @@ impl CtxInner {
         );
         let ans = fh.moves.lock().remove(&id).flatten();
         fh.get_dst.lock().remove(&id);
+        if w.is_err() && ans.is_none() {
+            // Given up (stall abort, dead peer): drop the move's placeholders so later
+            // requests do not wait for it. A late answer still enters its units (the
+            // target did pin them for us); its releases are sent again, and the
+            // target ignores the duplicates.
+            fh.peers[rank].lock().abort_move(id);
+        }
         w?;
         match ans {
             Some((0, done)) => {
@@ -1179,6 +1186,9 @@ impl CtxInner {
     /// the target (a move answers registered regions as prepinned) if we do not know.
     pub fn check_registered(&self, rank: usize, addr: usize, len: usize) -> Result<()> {
         if len == 0 || self.plain_access(rank, addr, len).is_some() {
+            return Ok(());
+        }
+        if rank != self.rank && self.regtab_lookup(rank, addr, len)? {
             return Ok(());
         }
         if rank != self.rank {

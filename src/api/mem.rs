@@ -119,6 +119,15 @@ impl CtxInner {
             }
             return Err(e);
         }
+        // Peers find it from now on with one-sided reads (`regtab`).
+        if let Err(e) = self.regtab_publish(addr, end) {
+            let _ = self.local_regs.remove_exact(addr, end);
+            let _ = self.conduit.deregister(addr, len);
+            if locked {
+                os::munlock(ps, pl);
+            }
+            return Err(e);
+        }
         Ok(())
     }
 
@@ -168,11 +177,19 @@ impl CtxInner {
 
     /// Tell the holders of a removed region to forget it, wait, then detach.
     fn retract(&self, start: usize, region: Region) -> Result<()> {
-        let holders: Vec<usize> = region
+        // Out of the table first, then the ranks that may have cached it: those that
+        // found it there (holder bits) and those a move answered (region holders).
+        let published = self.regtab_remove(start)?;
+        let mut holders: Vec<usize> = region
             .holder_ranks()
             .into_iter()
             .filter(|&h| h != self.rank)
             .collect();
+        if let Some((_, more)) = &published {
+            holders.extend(more.iter().copied());
+            holders.sort_unstable();
+            holders.dedup();
+        }
         let mut res = Ok(());
         if !holders.is_empty() {
             let id = self.new_id();
@@ -202,6 +219,9 @@ impl CtxInner {
             );
             self.invals.lock().remove(&id);
             w?;
+        }
+        if let Some((slot, _)) = published {
+            res = res.and(self.regtab_retire(slot));
         }
         let d = self.conduit.deregister(start, region.end - start);
         if region.locked {

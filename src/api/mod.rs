@@ -8,6 +8,7 @@ pub mod fh;
 pub mod heap;
 pub mod mem;
 pub mod progress;
+pub mod regtab;
 pub mod rma;
 pub mod rpipe;
 pub mod stall;

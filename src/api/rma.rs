@@ -310,6 +310,17 @@ impl CtxInner {
                 return r;
             }
         }
+        if local_plain && !remote_plain && self.regtab_lookup(rank, remote, nbytes)? {
+            // Registered at the target, found in its table one-sidedly: plain RMA.
+            if let Some(_proof) = self.plain_access(rank, remote, nbytes) {
+                // SAFETY: as for the plain path above.
+                unsafe { self.raw(dir, rank, remote, local, nbytes, blocking)? };
+                if !blocking {
+                    self.rma.bump(rank);
+                }
+                return Ok(());
+            }
+        }
         let mut off = 0;
         while off < nbytes {
             let c = self.fh_chunk(remote + off, nbytes - off, local + off);

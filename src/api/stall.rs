@@ -93,7 +93,7 @@ impl<'a> Watch<'a> {
     fn who(&self) -> String {
         match self.what.peer {
             Some(p) => format!("rank {}", p),
-            None => "its peers".into(),
+            None => "a peer".into(),
         }
     }
 

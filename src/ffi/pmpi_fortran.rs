@@ -290,3 +290,125 @@ pub unsafe extern "C" fn mpi_finalize_(ierr: *mut Fint) {
     }
     call!(FINALIZE, (*mut Fint)(ierr));
 }
+
+// --- `use mpi_f08` --------------------------------------------------------------
+// Open MPI's and MPICH's f08 `MPI_Barrier`, `MPI_Wait`, `MPI_Waitall` and
+// `MPI_Finalize` call `PMPI_*` directly. Their handles are one-integer derived
+// types (passed like an INTEGER) and `ierror` is optional (NULL when omitted).
+// The f08 routines with a buffer argument call the C `MPI_*` names in MPICH (covered
+// by `pmpi`); in Open MPI they are not interposed (README).
+
+static TEST_F08: Real = Real::new(c"mpi_test_f08_", false);
+static TESTALL_F08: Real = Real::new(c"mpi_testall_f08_", false);
+
+/// `ierr`, or a local when the caller omitted it.
+fn ierr_or(p: *mut Fint, local: &mut Fint) -> *mut Fint {
+    if p.is_null() {
+        local
+    } else {
+        p
+    }
+}
+
+fn drive_f08(req: *mut Fint, status: *mut Fint, ierr: *mut Fint) {
+    let rc = drive(
+        || {
+            let mut flag: Fint = 0;
+            call!(TEST_F08, (*mut Fint, *mut Fint, *mut Fint, *mut Fint)(req, &mut flag, status, ierr));
+            // SAFETY: ierr is valid (ierr_or).
+            (unsafe { *ierr }, flag != 0)
+        },
+        &mut progress::serve,
+    );
+    // SAFETY: as above.
+    unsafe { *ierr = rc };
+}
+
+/// Interposed (Fortran 2008 `MPI_Barrier`).
+///
+/// # Safety
+/// As `MPI_Barrier` from `use mpi_f08`.
+#[no_mangle]
+pub unsafe extern "C" fn mpi_barrier_f08_(comm: *mut Fint, ierr: *mut Fint) {
+    static BLK: Real = Real::new(c"mpi_barrier_f08_", true);
+    static NB: Real = Real::new(c"mpi_ibarrier_f08_", false);
+    let mut local: Fint = 0;
+    let e = ierr_or(ierr, &mut local);
+    if !progress::wanted() {
+        call!(BLK, (*mut Fint, *mut Fint)(comm, e));
+        return;
+    }
+    let mut req: Fint = 0;
+    call!(NB, (*mut Fint, *mut Fint, *mut Fint)(comm, &mut req, e));
+    // SAFETY: e is valid.
+    if unsafe { *e } == 0 {
+        let mut st: Scratch = [0; 16];
+        drive_f08(&mut req, st.as_mut_ptr(), e);
+    }
+}
+
+/// Interposed (Fortran 2008 `MPI_Wait`).
+///
+/// # Safety
+/// As `MPI_Wait` from `use mpi_f08`.
+#[no_mangle]
+pub unsafe extern "C" fn mpi_wait_f08_(req: *mut Fint, status: *mut Fint, ierr: *mut Fint) {
+    static BLK: Real = Real::new(c"mpi_wait_f08_", true);
+    let mut local: Fint = 0;
+    let e = ierr_or(ierr, &mut local);
+    if !progress::wanted() {
+        call!(BLK, (*mut Fint, *mut Fint, *mut Fint)(req, status, e));
+        return;
+    }
+    drive_f08(req, status, e);
+}
+
+/// Interposed (Fortran 2008 `MPI_Waitall`).
+///
+/// # Safety
+/// As `MPI_Waitall` from `use mpi_f08`.
+#[no_mangle]
+pub unsafe extern "C" fn mpi_waitall_f08_(
+    n: *mut Fint,
+    reqs: *mut Fint,
+    statuses: *mut Fint,
+    ierr: *mut Fint,
+) {
+    static BLK: Real = Real::new(c"mpi_waitall_f08_", true);
+    type P = *mut Fint;
+    let mut local: Fint = 0;
+    let e = ierr_or(ierr, &mut local);
+    if !progress::wanted() {
+        call!(BLK, (P, P, P, P)(n, reqs, statuses, e));
+        return;
+    }
+    let rc = drive(
+        || {
+            let mut flag: Fint = 0;
+            call!(
+                TESTALL_F08,
+                (P, P, P, P, P)(n, reqs, &mut flag, statuses, e)
+            );
+            // SAFETY: e is valid.
+            (unsafe { *e }, flag != 0)
+        },
+        &mut progress::serve,
+    );
+    // SAFETY: as above.
+    unsafe { *e = rc };
+}
+
+/// Interposed (Fortran 2008 `MPI_Finalize`).
+///
+/// # Safety
+/// As `MPI_Finalize` from `use mpi_f08`.
+#[no_mangle]
+pub unsafe extern "C" fn mpi_finalize_f08_(ierr: *mut Fint) {
+    static REAL: Real = Real::new(c"mpi_finalize_f08_", true);
+    if progress::wanted() {
+        progress::each_mpi(|m| {
+            m.serving_barrier(&mut progress::serve);
+        });
+    }
+    call!(REAL, (*mut Fint)(ierr));
+}

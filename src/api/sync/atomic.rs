@@ -74,6 +74,10 @@ impl CtxInner {
                 addr
             ));
         }
+        if self.regtab_lookup(r, addr, len)? && self.plain_access(r, addr, len).is_some() {
+            // Registered at the target, found in its table one-sidedly.
+            return self.conduit.atomic(r, addr, w, op);
+        }
         super::super::am::check_not_in_handler("atomic on firehose-managed memory")?;
         // Any address of another rank: firehose pins it there (or the target refuses
         // with FH_ERR_ACCESS); the transport then operates on it one-sidedly.
