@@ -110,11 +110,12 @@ for b in "$bindir"/bench_*; do
   [ "${BENCH_SMP:-1}" = only ] && break
   [ "${BENCH_RPIPE:-1}" = only ] && break
   [ "${BENCH_SYNC:-1}" = only ] && break
-  case "$(basename "$b")" in bench_firehose | bench_smp | bench_rpipe | bench_sync) continue ;; esac
+  [ "${BENCH_INTEROP:-1}" = only ] && break
+  case "$(basename "$b")" in bench_firehose | bench_smp | bench_rpipe | bench_sync | bench_interop) continue ;; esac
   [ -x "$b" ] && benches+=("$b")
 done
 [ ${#benches[@]} -gt 0 ] || [ -x "$bindir/bench_firehose" ] || [ -x "$bindir/bench_smp" ] || [ -x "$bindir/bench_rpipe" ] ||
-  [ -x "$bindir/bench_sync" ] ||
+  [ -x "$bindir/bench_sync" ] || [ -x "$bindir/bench_interop" ] ||
   { echo "run-bench: no bench_* programs in $bindir" >&2; exit 1; }
 
 echo "firehose benchmarks: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(nproc) cores, load average$(uptime | sed 's/.*load average//')"
@@ -547,6 +548,34 @@ if [ -f "$sydir/summary.txt" ]; then
   echo "################ sync (bench_sync; medians over the runs; all rows: $sydir/summary.txt)"
   cat "$sydir/summary.txt"
   cat "$sydir/headline.txt"
+fi
+
+# bench_interop (issue 13, MPI interoperability): the kernel's single copy to a node
+# peer's plain memory vs MPI RMA on an attached window (2 ranks); the AMs a first
+# access to registered memory costs (FH_SHM=1 and 0); and the cost of serving the
+# library inside blocking MPI calls (interposed call vs PMPI_*) at 2, 4, 8 ranks.
+# $INTEROP_BENCH_RUNS launches of each (default 3); results in <outdir>/interop/.
+iodir=$outdir/interop
+if [ -x "$bindir/bench_interop" ] && [ "${BENCH_INTEROP:-1}" != 0 ]; then
+  mkdir -p "$iodir"
+  : >"$iodir/summary.txt"
+  for spec in "cma 2" "first 2 FH_SHM=1" "first 2 FH_SHM=0" "first 8 FH_SHM=0" "progress 2" "progress 4" "progress 8"; do
+    set -- $spec
+    mode=$1 np=$2; shift 2
+    for ((run = 1; run <= ${INTEROP_BENCH_RUNS:-3}; run++)); do
+      rdir=$iodir/run$run; mkdir -p "$rdir"
+      label="$mode np=$np${*:+ $*}"
+      xs=(); for v in "$@"; do xs+=(-x "${v%%=*}"); done
+      # shellcheck disable=SC2086
+      if ! out=$(env "$@" timeout "$TIMEOUT" $MPIEXEC "${xs[@]}" -np "$np" "$bindir/bench_interop" "$mode" "$rdir" 2>&1); then
+        echo "FAIL: bench_interop $label (run $run)" >&2; echo "$out" | tail -20 >&2; fail=$((fail+1)); continue
+      fi
+      echo "$out" | sed "s/^/[$label run $run] /" >>"$iodir/summary.txt"
+    done
+  done
+  echo
+  echo "################ interop (bench_interop; every launch: $iodir/summary.txt)"
+  grep -v "^\[.*\] bench_interop" "$iodir/summary.txt"
 fi
 echo "load average at the end$(uptime | sed 's/.*load average//')"
 [ "$fail" = 0 ] || { echo "run-bench: $fail benchmark run(s) failed" >&2; exit 1; }

@@ -457,6 +457,7 @@ impl CtxInner {
             .conduit
             .am_poll(&mut |src, bytes, long| self.dispatch(src, bytes, long))?;
         self.fh_progress_pins();
+        self.rma_progress();
         self.sync_progress();
         Ok(n)
     }

@@ -210,7 +210,14 @@ pub struct PendingPin {
     pub addr: usize,
     pub len: usize,
     pub waits: Vec<u64>,
+    /// The move this pin sent itself (its answer is consumed here).
+    pub own: Option<u64>,
     pub cb: Box<dyn FnOnce(Result<Box<PinObj>>) + Send>,
+    /// For a put or an atomic (writable memory needed), not only a get.
+    pub write: bool,
+    /// An explicit pin (counted in `pin_refs`); false: the references of a
+    /// non-blocking transfer, released when it completes.
+    pub track: bool,
 }
 
 /// A move request waiting for a local pin to finish.
@@ -249,6 +256,9 @@ pub struct FhState {
     pin_refs_blocked: Vec<AtomicU64>,
     /// The conduit needs the local side of a transfer registered too.
     pub local_side: bool,
+    /// Per peer: a non-blocking acquisition found every firehose referenced by
+    /// operations in flight (a wait must complete some before it can go on).
+    pub starved: Vec<std::sync::atomic::AtomicBool>,
 }
 
 impl FhState {
@@ -269,6 +279,7 @@ impl FhState {
             pin_refs_blocked: (0..=size).map(|_| AtomicU64::new(0)).collect(),
             stats: FhStats::default(),
             local_side,
+            starved: (0..size).map(|_| Default::default()).collect(),
             params,
         }
     }
@@ -278,6 +289,9 @@ impl FhState {
 /// registration; the extent check keeps units out of the heap and registered regions.
 pub struct CtxPinner<'a> {
     pub ctx: &'a CtxInner,
+    /// The mappings a move handler read once for all its pieces (`None`: read them
+    /// when a unit is created).
+    pub maps: Option<&'a os::Maps>,
 }
 
 impl Pinner for CtxPinner<'_> {
@@ -325,7 +339,10 @@ impl Pinner for CtxPinner<'_> {
         }
         // Protection, not only mapping: a unit never spans pages without read
         // access, and is marked read-only unless every page of it is writable.
-        os::Maps::read().extent(a, b - a, lo, hi)
+        match self.maps {
+            Some(m) => m.extent(a, b - a, lo, hi),
+            None => os::Maps::read().extent(a, b - a, lo, hi),
+        }
     }
 }
 
@@ -400,7 +417,7 @@ impl DaClient for LocalReq<'_> {
         let begin = {
             let mut l = fh.local.lock();
             self.epoch = l.releases;
-            l.local_begin(a, b, &mut CtxPinner { ctx })
+            l.local_begin(a, b, &mut CtxPinner { ctx, maps: None })
         };
         let r = self.finish(begin);
         // Moves parked on units that are pinned (or dropped) now can run.
@@ -476,12 +493,14 @@ impl LocalReq<'_> {
                 let fh = &ctx.fh;
                 let results: Vec<Result<bool>> = pins
                     .iter()
-                    .map(|&(s, e, _)| CtxPinner { ctx }.pin(s, e))
+                    .map(|&(s, e, _)| CtxPinner { ctx, maps: None }.pin(s, e))
                     .collect();
-                let r = fh
-                    .local
-                    .lock()
-                    .local_finish(held, &pins, results, &mut CtxPinner { ctx });
+                let r = fh.local.lock().local_finish(
+                    held,
+                    &pins,
+                    results,
+                    &mut CtxPinner { ctx, maps: None },
+                );
                 Round::Done(r)
             }
         }
@@ -989,7 +1008,7 @@ impl CtxInner {
 
     /// Complete operations to `rank` (or all, for local pins) and release what they
     /// held. True if that freed anything.
-    fn fh_recover(&self, rank: usize) -> Result<bool> {
+    pub(crate) fn fh_recover(&self, rank: usize) -> Result<bool> {
         am::check_not_in_handler("firehose replacement")?;
         let before = self.fh.inflight.lock()[rank].len();
         if before == 0 {
@@ -1047,7 +1066,10 @@ impl CtxInner {
         }
         if !p.local.is_empty() {
             let mut l = fh.local.lock();
-            let mut pinner = CtxPinner { ctx: self };
+            let mut pinner = CtxPinner {
+                ctx: self,
+                maps: None,
+            };
             for h in p.local {
                 l.local_release(h, &mut pinner);
             }
@@ -1118,7 +1140,10 @@ impl CtxInner {
                 .map(|(s, u)| (s, u.end, u.holder_ranks()))
                 .collect();
             if holders.is_empty() {
-                let mut pinner = CtxPinner { ctx: self };
+                let mut pinner = CtxPinner {
+                    ctx: self,
+                    maps: None,
+                };
                 total += l.invalidate(a, b, &mut pinner).len();
                 return Ok(total);
             }
@@ -1161,7 +1186,10 @@ impl CtxInner {
             first?;
             // The holders have forgotten these units; drop their references here.
             let mut l = fh.local.lock();
-            let mut pinner = CtxPinner { ctx: self };
+            let mut pinner = CtxPinner {
+                ctx: self,
+                maps: None,
+            };
             for (&h, &(s, e)) in &by_rank {
                 let starts: Vec<usize> = l
                     .units()
@@ -1178,7 +1206,10 @@ impl CtxInner {
 
     /// Finalize: unpin everything.
     pub fn fh_shutdown(&self) {
-        let mut pinner = CtxPinner { ctx: self };
+        let mut pinner = CtxPinner {
+            ctx: self,
+            maps: None,
+        };
         self.fh.local.lock().clear(&mut pinner);
     }
 
@@ -1539,10 +1570,46 @@ impl CtxInner {
             addr,
             len,
             waits: vec![],
+            own: None,
             cb,
+            write: true,
+            track: true,
         };
         match self.advance_pin(&mut pp)? {
             Some(pin) => Ok(Some(pin)),
+            None => {
+                self.fh.pending_pins.lock().push(pp);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Acquire firehoses for a non-blocking transfer without waiting (seed 002:
+    /// non-blocking even on a miss): `Ok(Some)` on a hit; `Ok(None)` when a move was
+    /// sent, and `done` receives the references (or the refusal) from a later
+    /// library call on this context. `Err(NoResource)`: more than one move's worth of
+    /// firehoses (the caller takes the blocking path).
+    pub fn fh_acquire_async(
+        &self,
+        rank: usize,
+        addr: usize,
+        len: usize,
+        write: bool,
+        done: Box<dyn FnOnce(Result<OpPins>) + Send>,
+    ) -> Result<Option<OpPins>> {
+        self.check_remote_pin_size(addr, len)?;
+        let mut pp = PendingPin {
+            rank,
+            addr,
+            len,
+            waits: vec![],
+            own: None,
+            cb: Box::new(move |r: Result<Box<PinObj>>| done(r.map(|p| p.pins))),
+            write,
+            track: false,
+        };
+        match self.advance_pin(&mut pp)? {
+            Some(pin) => Ok(Some(pin.pins)),
             None => {
                 self.fh.pending_pins.lock().push(pp);
                 Ok(None)
@@ -1563,8 +1630,10 @@ impl CtxInner {
                 return Ok(None);
             }
         }
-        // Consume the answers of our own moves (errors end the pin).
-        for id in std::mem::take(&mut pp.waits) {
+        // Consume the answer of our own move (errors end the pin). Moves of other
+        // requests we waited for are theirs to consume: their senders wait on them.
+        pp.waits.clear();
+        if let Some(id) = pp.own.take() {
             if let Some(Some((code, _))) = fh.moves.lock().remove(&id) {
                 if code != 0 {
                     let st = Status::from_code(code).unwrap_or(Status::Access);
@@ -1583,22 +1652,41 @@ impl CtxInner {
             .lock()
             .plan(&fh.params, pp.addr, pp.len, id, false);
         match plan {
-            Plan::Hit(held) => Ok(Some(self.tracked(Box::new(PinObj {
-                magic: PIN_MAGIC,
-                start: pp.addr,
-                len: pp.len,
-                rank: Some(pp.rank),
-                pins: OpPins {
+            Plan::Hit(held) => {
+                let pins = OpPins {
                     rank: pp.rank,
                     remote: held,
                     local: vec![],
-                },
-            })))),
+                };
+                if pp.write && fh_any_read_only(&fh.peers[pp.rank].lock(), &pins.remote) {
+                    self.fh_release_pins(pins);
+                    bail!(
+                        Access,
+                        "[{:#x}, +{}) of rank {} is read-only memory there: puts and atomics are refused",
+                        pp.addr,
+                        pp.len,
+                        pp.rank
+                    );
+                }
+                let pin = Box::new(PinObj {
+                    magic: PIN_MAGIC,
+                    start: pp.addr,
+                    len: pp.len,
+                    rank: Some(pp.rank),
+                    pins,
+                });
+                Ok(Some(if pp.track { self.tracked(pin) } else { pin }))
+            }
             Plan::Wait(ids) => {
                 pp.waits = ids;
                 Ok(None)
             }
-            Plan::NeedReplacements => Ok(None),
+            Plan::NeedReplacements => {
+                // Every firehose to that peer is referenced by operations in flight:
+                // the waiter completes some (`fh_recover`), then this tries again.
+                self.fh.starved[pp.rank].store(true, Ordering::Release);
+                Ok(None)
+            }
             Plan::Move { releases, pins } => {
                 let mut payload = Vec::new();
                 for &r in &releases {
@@ -1616,7 +1704,7 @@ impl CtxInner {
                     0,
                     0,
                     CARRY_NONE,
-                    MOVE_WRITE,
+                    if pp.write { MOVE_WRITE } else { 0 },
                 ];
                 if let Err(e) =
                     self.am_request(pp.rank, Category::Medium, H_FH_MOVE, &args, &payload, None)
@@ -1628,6 +1716,7 @@ impl CtxInner {
                 self.count(&fh.stats.moves_sent, 1);
                 self.count(&fh.stats.misses, 1);
                 pp.waits = vec![id];
+                pp.own = Some(id);
                 Ok(None)
             }
         }
@@ -1899,7 +1988,10 @@ fn process_move(
                     return false;
                 }
                 ctx.count(&fh.stats.moves_handled, 1);
-                let mut pinner = CtxPinner { ctx };
+                let mut pinner = CtxPinner {
+                    ctx,
+                    maps: Some(&maps),
+                };
                 for &r in &nums[..nrel] {
                     if !l.remote_release(src, r as usize) {
                         ctx.count(&fh.stats.bad_releases, 1);
@@ -2006,7 +2098,7 @@ fn process_move(
     );
     // Unpin what the releases left beyond the victim FIFO's limit only now, after
     // answering: the requester does not wait for it.
-    fh.local.lock().trim(&mut CtxPinner { ctx });
+    fh.local.lock().trim(&mut CtxPinner { ctx, maps: None });
     true
 }
 
@@ -2069,7 +2161,10 @@ pub(crate) fn handle_answer(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
             done = false;
         }
     }
-    fh.moves.lock().insert(id, Some((code, done)));
+    // Only a move someone still waits for (an abandoned one left no slot).
+    if let Some(slot) = fh.moves.lock().get_mut(&id) {
+        *slot = Some((code, done));
+    }
 }
 
 /// Largest carried get a target answers (it must fit the answer frame).

@@ -14,6 +14,7 @@ use crate::bail;
 use crate::runtime::error::Result;
 use crate::runtime::os;
 use parking_lot::Mutex;
+use std::sync::Arc;
 
 pub type Handle = u64;
 pub const HANDLE_NULL: Handle = 0;
@@ -22,10 +23,46 @@ pub const NBI_PUTS: i32 = 1;
 pub const NBI_GETS: i32 = 2;
 pub const NBI_ALL: i32 = 3;
 
-#[derive(Clone, Copy, Debug)]
-struct Op {
+/// A non-blocking transfer whose firehose move is still in flight (seed 002:
+/// non-blocking even on a miss). Progress issues it as soon as its references arrive
+/// (so they never sit idle holding firehoses the rank itself may need); from then on
+/// it completes like any other operation.
+struct Deferred {
+    dir: Dir,
     rank: usize,
-    seq: u64,
+    remote: usize,
+    local: usize,
+    nbytes: usize,
+    state: DState,
+    /// An implicit-handle transfer (counts for fh_wait_nbi).
+    implicit: bool,
+}
+
+enum DState {
+    /// Its move is in flight.
+    Waiting,
+    /// The references arrived (set by the move's completion); not issued yet.
+    Ready(OpPins),
+    /// Issued as operation `seq` to `rank`.
+    Issued(u64),
+    /// Refused (or issuing failed); the error is reported once.
+    Failed(Option<crate::runtime::error::Error>),
+}
+
+type DeferredRef = Arc<Mutex<Deferred>>;
+
+/// How [`CtxInner::start_deferred`] left a transfer.
+enum Started {
+    /// Issued at once (its firehoses turned out to be live).
+    Issued,
+    /// Waiting for its move.
+    Waiting(DeferredRef),
+}
+
+#[derive(Clone)]
+enum Op {
+    Issued { rank: usize, seq: u64 },
+    Deferred(DeferredRef),
 }
 
 #[derive(Default)]
@@ -42,6 +79,12 @@ struct Inner {
     free: Vec<u32>,
     nbi_puts: bool,
     nbi_gets: bool,
+    /// Transfers waiting for their firehose moves (explicit and implicit handles).
+    deferred: Vec<DeferredRef>,
+    /// Implicit-handle transfers of `deferred` not issued yet.
+    nbi_waiting: usize,
+    /// The first refusal of an implicit-handle transfer, for fh_wait_nbi.
+    nbi_error: Option<crate::runtime::error::Error>,
 }
 
 pub struct RmaState {
@@ -62,6 +105,9 @@ impl RmaState {
                 free: Vec::new(),
                 nbi_puts: false,
                 nbi_gets: false,
+                deferred: Vec::new(),
+                nbi_waiting: 0,
+                nbi_error: None,
             }),
         }
     }
@@ -70,6 +116,21 @@ impl RmaState {
         let mut g = self.inner.lock();
         g.issued[rank] += 1;
         let seq = g.issued[rank];
+        Self::slot_for(&mut g, Op::Issued { rank, seq })
+    }
+
+    fn new_deferred(&self, d: DeferredRef) -> Handle {
+        Self::slot_for(&mut self.inner.lock(), Op::Deferred(d))
+    }
+
+    /// A deferred handle was issued as operation `seq` to `rank`.
+    fn set_issued(&self, h: Handle, rank: usize, seq: u64) {
+        let mut g = self.inner.lock();
+        let idx = (h & 0xffff_ffff) as usize - 1;
+        g.slots[idx].op = Some(Op::Issued { rank, seq });
+    }
+
+    fn slot_for(g: &mut Inner, op: Op) -> Handle {
         let idx = match g.free.pop() {
             Some(i) => i,
             None => {
@@ -79,7 +140,7 @@ impl RmaState {
         };
         let slot = &mut g.slots[idx as usize];
         debug_assert!(slot.op.is_none(), "free slot still holds an operation");
-        slot.op = Some(Op { rank, seq });
+        slot.op = Some(op);
         encode(idx, slot.gen)
     }
 
@@ -88,7 +149,7 @@ impl RmaState {
         let idx = (h & 0xffff_ffff).wrapping_sub(1) as usize;
         let gen = (h >> 32) as u32;
         match g.slots.get(idx) {
-            Some(s) if s.gen == gen && s.op.is_some() => Ok(s.op.expect("checked")),
+            Some(s) if s.gen == gen && s.op.is_some() => Ok(s.op.clone().expect("checked")),
             _ => bail!(
                 InvalidArg,
                 "handle {:#x} is not an outstanding operation (already synced, or never issued)",
@@ -106,8 +167,8 @@ impl RmaState {
         g.free.push(idx as u32);
     }
 
-    fn is_complete(&self, op: Op) -> bool {
-        self.inner.lock().completed[op.rank] >= op.seq
+    fn is_complete(&self, rank: usize, seq: u64) -> bool {
+        self.inner.lock().completed[rank] >= seq
     }
 
     /// A sequence number for an operation left in flight to `rank`.
@@ -519,11 +580,159 @@ impl CtxInner {
         if nbytes == 0 {
             return Ok(HANDLE_NULL);
         }
+        if let Some(d) = self.start_deferred(dir, r, remote, local, nbytes, false)? {
+            self.count_rma(dir, nbytes);
+            return Ok(match d {
+                Started::Issued => self.rma.new_handle(r),
+                Started::Waiting(d) => self.rma.new_deferred(d),
+            });
+        }
         self.transfer(dir, r, remote, local, nbytes, false)?;
         self.count_rma(dir, nbytes);
         let h = self.rma.new_handle(r);
         self.maybe_poll();
         Ok(h)
+    }
+
+    /// The non-blocking miss path: when `[remote, +nbytes)` of `rank` needs a firehose
+    /// move (not heap, registered, node peer or a hit), send the move and return at
+    /// once; the transfer is issued when the answer is in (see [`Deferred`]).
+    /// `None`: take the ordinary path (which does not wait for the target there).
+    fn start_deferred(
+        &self,
+        dir: Dir,
+        rank: usize,
+        remote: usize,
+        local: usize,
+        nbytes: usize,
+        implicit: bool,
+    ) -> Result<Option<Started>> {
+        let write = dir == Dir::Put;
+        if rank == self.rank
+            || self.fh.local_side
+            || !self.fh_hits_one_sided()
+            || self.plain_access(rank, remote, nbytes).is_some()
+            || self
+                .mpi
+                .as_deref()
+                .is_some_and(|m| m.single_copy_pid(rank).is_some())
+        {
+            return Ok(None);
+        }
+        if let Some(h) = self.with_peer(rank, |t| t.hit_one(remote, remote + nbytes, write)) {
+            self.with_peer(rank, |t| t.release(h));
+            return Ok(None); // a hit: the ordinary path takes it again
+        }
+        if self.regtab_lookup(rank, remote, nbytes)? {
+            return Ok(None); // registered: plain from now on
+        }
+        let d: DeferredRef = Arc::new(Mutex::new(Deferred {
+            dir,
+            rank,
+            remote,
+            local,
+            nbytes,
+            state: DState::Waiting,
+            implicit,
+        }));
+        let d2 = d.clone();
+        let done = Box::new(move |r: Result<OpPins>| {
+            d2.lock().state = match r {
+                Ok(p) => DState::Ready(p),
+                Err(e) => DState::Failed(Some(e)),
+            }
+        });
+        match self.fh_acquire_async(rank, remote, nbytes, write, done) {
+            Err(e) if e.status == crate::runtime::error::Status::NoResource => Ok(None),
+            Err(e) => Err(e),
+            Ok(Some(pins)) => {
+                d.lock().state = DState::Ready(pins);
+                self.issue_deferred(&d);
+                match std::mem::replace(&mut d.lock().state, DState::Failed(None)) {
+                    DState::Failed(Some(e)) => Err(e),
+                    _ => Ok(Some(Started::Issued)),
+                }
+            }
+            Ok(None) => {
+                let mut g = self.rma.inner.lock();
+                g.deferred.push(d.clone());
+                g.nbi_waiting += implicit as usize;
+                Ok(Some(Started::Waiting(d)))
+            }
+        }
+    }
+
+    /// Issue a deferred transfer whose references arrived (`Ready` becomes `Issued`
+    /// or `Failed`). True when it is no longer waiting.
+    fn issue_deferred(&self, d: &DeferredRef) -> bool {
+        let mut g = d.lock();
+        let pins = match std::mem::replace(&mut g.state, DState::Waiting) {
+            DState::Ready(p) => p,
+            DState::Waiting => return false,
+            other => {
+                g.state = other;
+                return true;
+            }
+        };
+        let (dir, rank, remote, local, n) = (g.dir, g.rank, g.remote, g.local, g.nbytes);
+        // SAFETY: the caller of fh_*_nb(i) keeps `local` valid until the operation
+        // completes (header contract); the references keep the target pinned and
+        // registered until they are released after completion.
+        let r = unsafe { self.issue_units(dir, rank, remote, local, n, false, &pins) };
+        g.state = match r {
+            Ok(()) => {
+                let seq = self.rma.bump(rank);
+                self.fh_hold(rank, seq, pins);
+                DState::Issued(seq)
+            }
+            Err(e) => {
+                self.fh_release_pins(pins);
+                DState::Failed(Some(e))
+            }
+        };
+        true
+    }
+
+    /// Called from every poll: issue the deferred transfers whose moves were
+    /// answered (so their references do the work they were taken for at once).
+    pub(crate) fn rma_progress(&self) {
+        let list = {
+            let g = self.rma.inner.lock();
+            if g.deferred.is_empty() {
+                return;
+            }
+            g.deferred.clone()
+        };
+        let mut finished = Vec::new();
+        for d in &list {
+            if self.issue_deferred(d) {
+                finished.push(d.clone());
+            }
+        }
+        if finished.is_empty() {
+            return;
+        }
+        let mut g = self.rma.inner.lock();
+        for d in finished {
+            g.deferred.retain(|x| !Arc::ptr_eq(x, &d));
+            let mut dg = d.lock();
+            if !dg.implicit {
+                continue;
+            }
+            g.nbi_waiting -= 1;
+            match &mut dg.state {
+                DState::Issued(_) => match dg.dir {
+                    Dir::Put => g.nbi_puts = true,
+                    Dir::Get => g.nbi_gets = true,
+                },
+                DState::Failed(e) => {
+                    if g.nbi_error.is_none() {
+                        g.nbi_error = e.take();
+                    }
+                }
+                _ => {}
+            }
+        }
     }
 
     pub fn put_nb(&self, rank: i64, dst: usize, src: usize, nbytes: usize) -> Result<Handle> {
@@ -539,7 +748,15 @@ impl CtxInner {
         if nbytes == 0 {
             return Ok(());
         }
-        self.transfer(dir, r, remote, local, nbytes, false)?;
+        match self.start_deferred(dir, r, remote, local, nbytes, true)? {
+            Some(Started::Waiting(_)) => {
+                self.count_rma(dir, nbytes);
+                self.maybe_poll();
+                return Ok(());
+            }
+            Some(Started::Issued) => {}
+            None => self.transfer(dir, r, remote, local, nbytes, false)?,
+        }
         self.count_rma(dir, nbytes);
         {
             let mut g = self.rma.inner.lock();
@@ -568,26 +785,70 @@ impl CtxInner {
         if h == HANDLE_NULL {
             return Ok(true);
         }
-        let op = self.rma.lookup(h)?;
-        if !self.rma.is_complete(op) {
+        let (rank, seq) = match self.rma.lookup(h)? {
+            Op::Issued { rank, seq } => (rank, seq),
+            Op::Deferred(d) => {
+                if matches!(d.lock().state, DState::Waiting | DState::Ready(_)) {
+                    // Let the answer in (progress issues it when it is there).
+                    if !super::am::in_handler() {
+                        self.progress_once()?;
+                        let r = d.lock().rank;
+                        if self.fh.starved[r].swap(false, std::sync::atomic::Ordering::AcqRel) {
+                            // Its move needs firehoses our operations in flight hold.
+                            self.fh_recover(r)?;
+                        }
+                    }
+                    self.rma_progress();
+                }
+                let mut g = d.lock();
+                let rank = g.rank;
+                match &mut g.state {
+                    DState::Issued(seq) => {
+                        let seq = *seq;
+                        drop(g);
+                        self.rma.set_issued(h, rank, seq);
+                        (rank, seq)
+                    }
+                    DState::Failed(e) => {
+                        let e = e.take().unwrap_or_else(|| {
+                            crate::err!(Internal, "non-blocking transfer failed earlier")
+                        });
+                        drop(g);
+                        self.rma.retire(h);
+                        return Err(e);
+                    }
+                    DState::Waiting | DState::Ready(_) => return Ok(false),
+                }
+            }
+        };
+        if !self.rma.is_complete(rank, seq) {
             super::am::check_not_in_handler("fh_test")?;
-            let r = self.rma.flush_rank(self, op.rank);
+            let r = self.rma.flush_rank(self, rank);
             if let Err(e) = r {
                 self.rma.retire(h);
                 return Err(e);
             }
         }
-        debug_assert!(self.rma.is_complete(op));
+        debug_assert!(self.rma.is_complete(rank, seq));
         self.rma.retire(h);
         self.maybe_poll();
         Ok(true)
     }
 
     pub fn wait(&self, h: Handle) -> Result<()> {
+        let mut watch = super::stall::Watch::new(
+            self,
+            super::stall::Wait::new(
+                "fh_wait",
+                None,
+                "the answer to the firehose move of a non-blocking put/get",
+            ),
+        );
         while !self.test(h)? {
             if self.progress_once()? == 0 {
                 self.conduit.idle();
             }
+            watch.round()?;
         }
         Ok(())
     }
@@ -664,6 +925,23 @@ impl CtxInner {
         self.check_live()?;
         Self::check_which(which)?;
         super::am::check_not_in_handler("fh_wait_nbi")?;
+        let what = super::stall::Wait::new(
+            "fh_wait_nbi",
+            None,
+            "the answer to the firehose move of an implicit-handle put/get",
+        );
+        self.wait_for(what, || {
+            for r in 0..self.size {
+                if self.fh.starved[r].swap(false, std::sync::atomic::Ordering::AcqRel) {
+                    self.fh_recover(r)?;
+                }
+            }
+            self.rma_progress();
+            Ok(self.rma.inner.lock().nbi_waiting == 0)
+        })?;
+        if let Some(e) = self.rma.inner.lock().nbi_error.take() {
+            return Err(e);
+        }
         let pending = {
             let g = self.rma.inner.lock();
             (which & NBI_PUTS != 0 && g.nbi_puts) || (which & NBI_GETS != 0 && g.nbi_gets)
@@ -680,6 +958,15 @@ impl CtxInner {
     }
 
     pub fn test_nbi(&self, which: i32) -> Result<bool> {
+        self.check_live()?;
+        Self::check_which(which)?;
+        if !super::am::in_handler() {
+            self.progress_once()?;
+        }
+        self.rma_progress();
+        if self.rma.inner.lock().nbi_waiting > 0 {
+            return Ok(false);
+        }
         self.wait_nbi(which)?;
         Ok(true)
     }

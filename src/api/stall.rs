@@ -86,6 +86,9 @@ impl<'a> Watch<'a> {
         if !self.warned && cfg.stall_warn_s > 0 && waited >= Duration::from_secs(cfg.stall_warn_s) {
             self.warned = true;
             eprintln!("{}", self.line(waited));
+            if crate::runtime::config::debug_tables() {
+                eprintln!("{}", self.ctx.fh_debug_dump());
+            }
         }
         Ok(())
     }

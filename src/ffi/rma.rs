@@ -15,16 +15,17 @@ pub const FH_NBI_ALL: c_int = 3;
 const _: () = assert!(FH_NBI_PUTS == NBI_PUTS && FH_NBI_GETS == NBI_GETS && FH_NBI_ALL == NBI_ALL);
 
 /// Copy `nbytes` from local `src` to `dst` in `rank`'s address space; returns when the
-/// data is visible at the target. `dst` must lie in memory the target allocated with
-/// fh_malloc or registered with fh_mem_register (else FH_ERR_ACCESS, decided by the
-/// target). nbytes 0 is a no-op.
+/// data is visible at the target. `dst` may be any address of the target that is
+/// mapped writable there: fh_malloc'd or fh_mem_register'ed memory, or stack, static
+/// and plain malloc memory (node peers: the kernel's single copy; others: firehose
+/// pins it on demand). Memory that is not writable there (unmapped, PROT_NONE,
+/// read-only, partly outside a mapping, the library's own structures) gives
+/// FH_ERR_ACCESS and nothing is written. nbytes 0 is a no-op.
 ///
-/// Progress rule: heap (fh_malloc) memory is accessed fully one-sided. The first
-/// access to a peer's *registered* region asks the peer (one AM round trip; later
-/// accesses inside that region are one-sided), so the peer must be making progress:
-/// inside any firehose call (fh_poll, fh_barrier, a blocking call) or running
-/// FH_PROGRESS=thread. A peer blocked in MPI_Barrier or computing without calls
-/// delays this call until it polls.
+/// Progress: heap and registered memory, and node peers' memory, are reached without
+/// the target's CPU. The first access to an unregistered unit of an off-node peer (or
+/// any peer with FH_SHM=0) sends one firehose move the target answers inside any
+/// library call, any blocking MPI call (FH_MPI_PROGRESS) or its progress thread.
 ///
 /// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
 /// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).

@@ -171,9 +171,9 @@ pub extern "C" fn fh_lock_destroy(lock: *mut fh_lock_t) -> c_int {
 }
 
 /// Collective: return when every rank of the context has entered, serving active
-/// messages while waiting. Use it instead of MPI_Barrier whenever other ranks may
-/// need this one to make progress (their first access to memory registered here, or
-/// AMs they wait for): MPI_Barrier does not run firehose handlers.
+/// messages while waiting. MPI_Barrier serves the library too (FH_MPI_PROGRESS), so
+/// either may be used between phases; this one is split-phase capable and, on one
+/// node, needs no MPI at all.
 /// Algorithm: FH_BARRIER (dissemination by default, tree or mpi); same as
 /// fh_barrier_notify + fh_barrier_wait with FH_BARRIER_ANONYMOUS.
 /// Threads: one thread per rank at a time. Not from AM handlers (blocks).
