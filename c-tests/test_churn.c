@@ -65,6 +65,7 @@ int main(int argc, char **argv) {
       } else {
         int rc = fh_mem_invalidate(ctx, live, LEN);
         CHECK(rc == FH_OK, "fh_mem_invalidate: %d", rc);
+        registered = 0; /* an invalidation drops the registration too */
       }
       churns++;
       CHECK_OK(fh_poll(ctx));

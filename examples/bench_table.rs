@@ -35,7 +35,7 @@ fn main() {
             let t0 = Instant::now();
             for i in 0..iters {
                 let a = base + (i % spread) * 4096 + 64;
-                let h = t.lock().hit_one(black_box(a), a + 8).expect("hit");
+                let h = t.lock().hit_one(black_box(a), a + 8, false).expect("hit");
                 t.lock().release(black_box(h));
             }
             best = best.min(t0.elapsed().as_nanos() as f64 / iters as f64);

@@ -2,7 +2,13 @@
  * firehose.h -- C API of the firehose communication library.
  *
  * One-sided put/get to memory of any rank, active messages, rmalloc/rpipe
- * channels, and (in later versions) atomics and collectives, for MPI programs.
+ * channels, NIC-style atomics, locks, barriers and collectives, for MPI programs.
+ *
+ * Interoperability
+ *  - Call fh_init after MPI_Init (any thread level) and synchronise with MPI as
+ *    usual: blocking MPI calls (MPI_Barrier, MPI_Wait*, MPI_Recv, collectives, ...)
+ *    keep serving the library while they wait (FH_MPI_PROGRESS; link -lfirehose
+ *    before the MPI libraries, as pkg-config --libs firehose does).
  *
  * Conventions
  *  - Every call returns an int status: FH_OK (0), FH_NOT_READY (1, from test/try
@@ -25,7 +31,8 @@
  *    compete for the same firehoses fair and deadlock-free (see README, 'Threads').
  *
  * Active message handlers
- *  - Run inside fh_poll or any call that polls, or on the progress thread
+ *  - Run inside fh_poll or any call that polls, inside blocking MPI calls
+ *    (FH_MPI_PROGRESS: MPI_Barrier, MPI_Wait, ...), or on the progress thread
  *    (FH_PROGRESS=thread). They must not block; they may call fh_am_reply_* (once,
  *    from request handlers), fh_am_source, fh_rank, fh_size, fh_am_max_*,
  *    fh_strerror, fh_last_error, the try/partial pin calls, fh_pin_bounds and
@@ -48,6 +55,11 @@
 #define FH_VERSION_PATCH 0
 #define FH_VERSION_STRING "0.1.0"
 
+
+/**
+ * Registrations one rank can publish at once.
+ */
+#define MAX_REGS 64
 
 /**
  * Handler indices the application may register (128..255); 0..127 are the library's.
@@ -188,6 +200,12 @@
  * `flags` for the split-phase barrier: this rank matches any id.
  */
 #define FH_BARRIER_ANONYMOUS 1
+
+/**
+ * First address above the user half of the address space (x86-64 and AArch64 with
+ * 48-bit virtual addresses; larger layouts only map above it on request).
+ */
+#define USER_TOP (1 << 47)
 
 /**
  * Opaque token passed to an AM handler: names the message's source and is the
@@ -1671,16 +1689,17 @@ int fh_mem_invalidate(struct fh_ctx_t *ctx, void *addr, size_t len);
 
 /**
  * Copy `nbytes` from local `src` to `dst` in `rank`'s address space; returns when the
- * data is visible at the target. `dst` must lie in memory the target allocated with
- * fh_malloc or registered with fh_mem_register (else FH_ERR_ACCESS, decided by the
- * target). nbytes 0 is a no-op.
+ * data is visible at the target. `dst` may be any address of the target that is
+ * mapped writable there: fh_malloc'd or fh_mem_register'ed memory, or stack, static
+ * and plain malloc memory (node peers: the kernel's single copy; others: firehose
+ * pins it on demand). Memory that is not writable there (unmapped, PROT_NONE,
+ * read-only, partly outside a mapping, the library's own structures) gives
+ * FH_ERR_ACCESS and nothing is written. nbytes 0 is a no-op.
  *
- * Progress rule: heap (fh_malloc) memory is accessed fully one-sided. The first
- * access to a peer's *registered* region asks the peer (one AM round trip; later
- * accesses inside that region are one-sided), so the peer must be making progress:
- * inside any firehose call (fh_poll, fh_barrier, a blocking call) or running
- * FH_PROGRESS=thread. A peer blocked in MPI_Barrier or computing without calls
- * delays this call until it polls.
+ * Progress: heap and registered memory, and node peers' memory, are reached without
+ * the target's CPU. The first access to an unregistered unit of an off-node peer (or
+ * any peer with FH_SHM=0) sends one firehose move the target answers inside any
+ * library call, any blocking MPI call (FH_MPI_PROGRESS) or its progress thread.
  *
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
@@ -1960,9 +1979,9 @@ int fh_lock_destroy(struct fh_lock_t *lock);
 
 /**
  * Collective: return when every rank of the context has entered, serving active
- * messages while waiting. Use it instead of MPI_Barrier whenever other ranks may
- * need this one to make progress (their first access to memory registered here, or
- * AMs they wait for): MPI_Barrier does not run firehose handlers.
+ * messages while waiting. MPI_Barrier serves the library too (FH_MPI_PROGRESS), so
+ * either may be used between phases; this one is split-phase capable and, on one
+ * node, needs no MPI at all.
  * Algorithm: FH_BARRIER (dissemination by default, tree or mpi); same as
  * fh_barrier_notify + fh_barrier_wait with FH_BARRIER_ANONYMOUS.
  * Threads: one thread per rank at a time. Not from AM handlers (blocks).

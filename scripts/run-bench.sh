@@ -174,8 +174,10 @@ if [ -x "$fh_bin" ] && [ "${BENCH_FIREHOSE:-1}" != 0 ] && [ "${BENCH_SMP:-1}" !=
   fruns=${FH_BENCH_RUNS:-3}
   # M = 32 MiB in 1 MiB regions (32 units), MAXVICTIM = 8 MiB (8 units; region mode
   # counts it in regions): 40 attachments, under Open MPI's 64 per dynamic window.
+  # FH_CMA=0: node peers' plain memory goes through firehose (as off-node peers'
+  # would), not the kernel's single copy, so these are firehose's numbers.
   fh_env=(FH_FIREHOSE_M="${FH_BENCH_M:-32M}" FH_FIREHOSE_MAXVICTIM_M="${FH_BENCH_MAXVICTIM:-8M}"
-          FH_FIREHOSE_MAXVICTIM_R="${FH_BENCH_MAXVICTIM_R:-8}")
+          FH_FIREHOSE_MAXVICTIM_R="${FH_BENCH_MAXVICTIM_R:-8}" FH_CMA=0)
   rm -rf "$fdir"
   mkdir -p "$fdir"
   fh_start=$(date +%s)
@@ -268,11 +270,11 @@ if [ -x "$smp_bin" ] && [ "${BENCH_SMP:-1}" != 0 ] && [ "${BENCH_FIREHOSE:-1}" !
   for m in ${BENCH_SMP_MODES:-fig8 gups hit}; do
     case $m in
     # shellcheck disable=SC2086 # MPIEXEC holds a command and its flags
-    fig8) smp_run fig8 env FH_FIREHOSE_MODE=page FH_FIREHOSE_M=32K $MPIEXEC -np 2 "$smp_bin" fig8 "$sdir" ;;
+    fig8) smp_run fig8 env FH_CMA=0 FH_FIREHOSE_MODE=page FH_FIREHOSE_M=32K $MPIEXEC -np 2 "$smp_bin" fig8 "$sdir" ;;
     # shellcheck disable=SC2086
-    gups) smp_run gups $MPIEXEC -np "${SMP_BENCH_GUPS_NP:-4}" "$smp_bin" gups "$sdir" ;;
+    gups) smp_run gups env FH_CMA=0 $MPIEXEC -np "${SMP_BENCH_GUPS_NP:-4}" "$smp_bin" gups "$sdir" ;;
     # shellcheck disable=SC2086
-    hit) smp_run hit $MPIEXEC -np "${SMP_BENCH_HIT_NP:-9}" "$smp_bin" hit "$sdir" ;;
+    hit) smp_run hit env FH_CMA=0 $MPIEXEC -np "${SMP_BENCH_HIT_NP:-9}" "$smp_bin" hit "$sdir" ;;
     *) echo "run-bench: unknown bench_smp mode '$m'" >&2; fail=$((fail+1)) ;;
     esac
   done

@@ -86,6 +86,11 @@ pub struct CtxInner {
     pub sync: super::sync::SyncState,
     /// Outstanding invalidations: id -> acks still missing.
     pub(crate) invals: Mutex<HashMap<u64, usize>>,
+    /// Target side: bumped by every invalidation this rank sends; move answers carry
+    /// the value they were made under (see `mem::Invalidations`).
+    pub(crate) inval_epoch: AtomicU64,
+    /// Holder side: recent invalidations received, per sender.
+    pub(crate) inval_seen: super::mem::Invalidations,
     pub(crate) next_id: AtomicU64,
     /// First asynchronous error not yet reported, and how many more occurred.
     pub(crate) async_err: Mutex<Option<(Error, u64)>>,
@@ -398,6 +403,8 @@ impl CtxInner {
             fh: FhState::new(params, size, caps.local_registration),
             rpipe: Default::default(),
             invals: Mutex::new(HashMap::new()),
+            inval_epoch: AtomicU64::new(0),
+            inval_seen: super::mem::Invalidations::new(size),
             next_id: AtomicU64::new(1),
             async_err: Mutex::new(None),
             async_pending: AtomicBool::new(false),

@@ -1156,6 +1156,7 @@ impl CtxInner {
                     ent.1 = ent.1.max(e);
                 }
             }
+            let epoch = self.next_inval_epoch();
             let id = self.new_id();
             self.invals.lock().insert(id, by_rank.len());
             let mut first = Ok(());
@@ -1164,7 +1165,7 @@ impl CtxInner {
                     h,
                     Category::Short,
                     H_INVALIDATE,
-                    &[s as u64, e as u64, id],
+                    &[s as u64, e as u64, id, epoch],
                     &[],
                     None,
                 ) {
@@ -1911,7 +1912,7 @@ pub(crate) fn handle_move(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     if a.len() != 7 {
         // Malformed: refuse it (the mover waits for an answer, so never drop it).
         if let Some(&id) = a.first() {
-            reply(&[id, Status::InvalidArg.code() as i64 as u64, 0, 0], &[]);
+            reply(&[id, Status::InvalidArg.code() as i64 as u64, 0, 0, 0], &[]);
         }
         return;
     }
@@ -1944,6 +1945,8 @@ fn process_move(
         os::Need::Read
     };
     let maps = os::Maps::read();
+    // The invalidations this answer already reflects (see `mem::Invalidations`).
+    let epoch = ctx.inval_epoch.load(Ordering::Acquire);
     let (paddr, plen) = if okind == CARRY_PUT {
         (oaddr, olen)
     } else {
@@ -2093,6 +2096,7 @@ fn process_move(
             status.code() as i64 as u64,
             (out.len() / 3) as u64,
             putdone as u64,
+            epoch,
         ],
         &payload,
     );
@@ -2105,10 +2109,10 @@ fn process_move(
 /// Initiator side: enter the answer into the peer's table and wake the mover.
 pub(crate) fn handle_answer(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     let a = f.args();
-    if a.len() != 4 {
+    if a.len() != 5 {
         return;
     }
-    let (id, code, n, putdone) = (a[0], a[1] as i64 as i32, a[2] as usize, a[3] != 0);
+    let (id, code, n, putdone, epoch) = (a[0], a[1] as i64 as i32, a[2] as usize, a[3] != 0, a[4]);
     let fh = &ctx.fh;
     if !fh.moves.lock().contains_key(&id) {
         return; // not ours (or a duplicate): ignore
@@ -2127,6 +2131,12 @@ pub(crate) fn handle_answer(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     let mut read_only = Vec::new();
     for t in nums.chunks_exact(3) {
         let (s, e) = (t[1] as usize, t[2] as usize);
+        if ctx.inval_seen.stale(tok.src, epoch, s, e) {
+            // Made before an invalidation of this range that we already obeyed: the
+            // target no longer counts us as a holder there. The waiting request
+            // moves again.
+            continue;
+        }
         if e <= s {
             continue;
         }

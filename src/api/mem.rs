@@ -192,6 +192,7 @@ impl CtxInner {
         }
         let mut res = Ok(());
         if !holders.is_empty() {
+            let epoch = self.next_inval_epoch();
             let id = self.new_id();
             self.invals.lock().insert(id, holders.len());
             for &h in &holders {
@@ -199,7 +200,7 @@ impl CtxInner {
                     h,
                     Category::Short,
                     am::H_INVALIDATE,
-                    &[start as u64, region.end as u64, id],
+                    &[start as u64, region.end as u64, id, epoch],
                     &[],
                     None,
                 ) {
@@ -263,13 +264,61 @@ impl CtxInner {
     }
 }
 
+/// Invalidations a holder received, per sender: `(epoch, start, end)`, the most
+/// recent few. The conduit may hand two frames of one sender over in another order
+/// than they were sent (receives complete out of order), so a move answer made
+/// *before* an invalidation can arrive *after* it: its units for that range are
+/// stale (the target dropped our holder bit when we acknowledged) and must not be
+/// entered. Answers carry the sender's epoch; see [`Invalidations::stale`].
+pub struct Invalidations(Vec<parking_lot::Mutex<std::collections::VecDeque<(u64, usize, usize)>>>);
+
+/// Invalidations remembered per sender (older ones: an answer that old is long gone).
+const SEEN_KEEP: usize = 64;
+
+impl Invalidations {
+    pub fn new(ranks: usize) -> Invalidations {
+        Invalidations(
+            (0..ranks)
+                .map(|_| parking_lot::Mutex::new(Default::default()))
+                .collect(),
+        )
+    }
+
+    fn note(&self, src: usize, epoch: u64, a: usize, b: usize) {
+        let mut q = self.0[src].lock();
+        if q.len() == SEEN_KEEP {
+            q.pop_front();
+        }
+        q.push_back((epoch, a, b));
+    }
+
+    /// Was `[a, b)` of `src` invalidated after an answer made under `epoch`?
+    pub fn stale(&self, src: usize, epoch: u64, a: usize, b: usize) -> bool {
+        self.0[src]
+            .lock()
+            .iter()
+            .any(|&(e, s, t)| e > epoch && s < b && t > a)
+    }
+}
+
+impl CtxInner {
+    /// The epoch the next invalidation this rank sends carries.
+    pub(crate) fn next_inval_epoch(&self) -> u64 {
+        self.inval_epoch
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
+            + 1
+    }
+}
+
 /// Holder side: forget `[start, end)` of the sender, complete our operations to it,
-/// then acknowledge. Args [start, end, id].
+/// then acknowledge. Args [start, end, id, epoch].
 pub(crate) fn handle_invalidate(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     let a = f.args();
-    if a.len() != 3 {
+    if a.len() != 4 {
         return;
     }
+    ctx.inval_seen
+        .note(tok.src, a[3], a[0] as usize, a[1] as usize);
     ctx.remote.invalidate(tok.src, a[0] as usize, a[1] as usize);
     ctx.fh_forget(tok.src, a[0] as usize, a[1] as usize);
     if let Err(e) = ctx.conduit.flush(tok.src) {

@@ -608,7 +608,11 @@ impl CtxInner {
         implicit: bool,
     ) -> Result<Option<Started>> {
         let write = dir == Dir::Put;
-        if rank == self.rank
+        // Several threads in the library (MPI_THREAD_MULTIPLE, the progress thread):
+        // their acquisitions compete through the deadlock-avoidance protocol, which
+        // this path does not take part in, so misses stay synchronous there.
+        if self.concurrent
+            || rank == self.rank
             || self.fh.local_side
             || !self.fh_hits_one_sided()
             || self.plain_access(rank, remote, nbytes).is_some()
@@ -725,11 +729,7 @@ impl CtxInner {
                     Dir::Put => g.nbi_puts = true,
                     Dir::Get => g.nbi_gets = true,
                 },
-                DState::Failed(e) => {
-                    if g.nbi_error.is_none() {
-                        g.nbi_error = e.take();
-                    }
-                }
+                DState::Failed(e) if g.nbi_error.is_none() => g.nbi_error = e.take(),
                 _ => {}
             }
         }

@@ -6,8 +6,10 @@
 ! MPI_Allgather. In each phase every rank fh_put's a pattern into the right
 ! neighbour's heap half and registered half, enters MPI_BARRIER, checks what its left
 ! neighbour put into its own halves, and fh_get's its own data back from the right
-! neighbour. In phase 1 rank 0 sleeps before its puts, so its first access to rank
-! 1's registered memory arrives while rank 1 waits in MPI_BARRIER.
+! neighbour. Before that, the classic case: rank 0 spins for 0.2 s and then makes
+! the first fh_put into rank 1's registered array `first` and into its plain
+! (unregistered) allocatable array `plain`, while rank 1 (like every other rank)
+! already waits in MPI_BARRIER; rank 1 then checks both.
 ! Rank 0 prints "interop_basic: OK (np=N)"; any failure aborts with MPI_Abort.
 program interop_basic
   use mpi
@@ -18,9 +20,9 @@ program interop_basic
   type(c_ptr) :: ctx, heap, rheap, rreg
   ! volatile: firehose writes these behind the compiler's back (during MPI_Barrier)
   real(c_double), pointer, volatile :: hx(:)
-  real(c_double), allocatable, target, volatile :: reg(:)
+  real(c_double), allocatable, target, volatile :: reg(:), first(:), plain(:)
   real(c_double), target :: src(n), dst(n)
-  integer(c_intptr_t) :: mine(2)
+  integer(c_intptr_t) :: mine(4)
   integer(c_intptr_t), allocatable :: addrs(:, :)
   integer(c_size_t) :: nbytes, area_bytes
   double precision :: t0
@@ -44,23 +46,48 @@ program interop_basic
   allocate (reg(2 * n))
   reg = -1.0_c_double
   call check_rc(fh_mem_register(ctx, c_loc(reg), area_bytes), "fh_mem_register")
+  allocate (first(n))
+  first = -1.0_c_double
+  call check_rc(fh_mem_register(ctx, c_loc(first), nbytes), "fh_mem_register first")
+  allocate (plain(n))
+  plain = -1.0_c_double
 
-  allocate (addrs(2, 0:np - 1))
+  allocate (addrs(4, 0:np - 1))
   mine(1) = transfer(heap, mine(1))
   mine(2) = transfer(c_loc(reg), mine(2))
-  call MPI_Allgather(mine, 2, MPI_INTEGER8, addrs, 2, MPI_INTEGER8, MPI_COMM_WORLD, ierr)
+  mine(3) = transfer(c_loc(first), mine(3))
+  mine(4) = transfer(c_loc(plain), mine(4))
+  call MPI_Allgather(mine, 4, MPI_INTEGER8, addrs, 4, MPI_INTEGER8, MPI_COMM_WORLD, ierr)
   if (any(addrs(:, me) /= mine)) call fail("MPI_Allgather of addresses")
+
+  ! Classic: rank 1 waits in MPI_BARRIER when rank 0's first put to its registered
+  ! memory arrives.
+  if (me == 0) then
+    t0 = MPI_Wtime()
+    do while (MPI_Wtime() - t0 < 0.2d0)
+    end do
+    do i = 1, n
+      src(i) = val(0, 0, i)
+    end do
+    rreg = transfer(addrs(3, 1), rreg)
+    call check_rc(fh_put(ctx, 1, rreg, c_loc(src), nbytes), "fh_put classic registered")
+    src = -src
+    rreg = transfer(addrs(4, 1), rreg)
+    call check_rc(fh_put(ctx, 1, rreg, c_loc(src), nbytes), "fh_put classic plain")
+  end if
+  call MPI_Barrier(MPI_COMM_WORLD, ierr)
+  if (me == 1) then
+    do i = 1, n
+      if (first(i) /= val(0, 0, i)) call fail("classic: wrong value in my registered array")
+      if (plain(i) /= -val(0, 0, i)) call fail("classic: wrong value in my plain array")
+    end do
+  end if
 
   do p = 1, nphase
     half = mod(p, 2) * n ! offset of this phase's half, in elements
     do i = 1, n
       src(i) = val(me, p, i)
     end do
-    if (p == 1 .and. me == 0) then
-      t0 = MPI_Wtime()
-      do while (MPI_Wtime() - t0 < 0.2d0)
-      end do
-    end if
     rheap = transfer(addrs(1, right) + int(half, c_intptr_t) * 8, rheap)
     rreg = transfer(addrs(2, right) + int(half, c_intptr_t) * 8, rreg)
     call check_rc(fh_put(ctx, right, rheap, c_loc(src), nbytes), "fh_put heap")
@@ -81,9 +108,10 @@ program interop_basic
   end do
 
   call check_rc(fh_mem_unregister(ctx, c_loc(reg), area_bytes), "fh_mem_unregister")
+  call check_rc(fh_mem_unregister(ctx, c_loc(first), nbytes), "fh_mem_unregister first")
   call fh_free(ctx, heap)
   call check_rc(fh_finalize(ctx), "fh_finalize")
-  deallocate (reg, addrs)
+  deallocate (reg, first, plain, addrs)
   if (me == 0) write (*, '(a,i0,a)') "interop_basic: OK (np=", np, ")"
   call MPI_Finalize(ierr)
 
