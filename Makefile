@@ -166,6 +166,7 @@ stress-interop: c-tests
 
 test: deps lint test-rust loom tsan check-header lib test-c test-c-mpich test-fortran test-pkgconfig test-dlopen test-mismatch stress
 	$(MAKE) stress-interop INTEROP_LOOPS=3
+	$(MAKE) MPI=mpich stress-interop INTEROP_LOOPS=1
 	@echo "make test: all suites passed"
 
 demo: lib $(BUILD)/examples/demo $(BUILD)/examples/bitonic $(BUILD)/examples/rpipe \

@@ -101,6 +101,18 @@ extra test_barrier 3 -
 extra test_barrier 5 -
 extra test_barrier 6 - FH_BARRIER=tree
 
+# Interoperability (issue 13). The plain-MPI programs on the off-node path (firehose
+# moves served inside MPI_Barrier & co.); hostile targets and memory churn with
+# firehose and with it reached through MPI RMA only (FH_CMA=0: no kernel copy, where
+# the churn test skips what Open MPI cannot survive; README).
+for t in interop_phases interop_am_storm interop_compute interop_rpipe_lock interop_waits; do
+  extra "$t" 4 - FH_SHM=0
+done
+for np in 2 8; do extra test_hostile "$np" - FH_SHM=0; done
+extra test_hostile 4 - FH_SHM=0 FH_CMA=0
+extra test_churn 2 - FH_SHM=0
+extra test_churn 8 - FH_SHM=0
+
 echo "c-tests ($MPI)"
 echo "c-tests: $pass passed, $fail failed"
 [ "$fail" = 0 ]
