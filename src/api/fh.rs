@@ -567,7 +567,8 @@ impl DaClient for RemoteReq<'_> {
 
     fn poll(&mut self, wait: bool) -> Result<bool> {
         if wait {
-            self.ctx.wait_moves(&std::mem::take(&mut self.waits))?;
+            let w = std::mem::take(&mut self.waits);
+            self.ctx.wait_moves(&w)?;
             return Ok(true);
         }
         // seed 000 §3.4 "steady state": poll until operations in flight complete and
@@ -1649,6 +1650,11 @@ impl CtxInner {
             }
         }
         let id = self.new_id();
+        if fh.gates[pp.rank].held_by_other(id) {
+            // A request won seed 000 §4.1's deadlock avoidance: let it finish before
+            // this pin competes for firehoses again (it would only steal them back).
+            return Ok(None);
+        }
         let plan = fh.peers[pp.rank]
             .lock()
             .plan(&fh.params, pp.addr, pp.len, id, false);

@@ -630,6 +630,23 @@ impl CtxInner {
         if self.regtab_lookup(rank, remote, nbytes)? {
             return Ok(None); // registered: plain from now on
         }
+        let waiting = self
+            .rma
+            .inner
+            .lock()
+            .deferred
+            .iter()
+            .filter(|d| {
+                let g = d.lock();
+                g.rank == rank && matches!(g.state, DState::Waiting)
+            })
+            .count();
+        if waiting >= (self.fh.params.f / 2).max(1) {
+            // Deferred moves compete for the peer's firehoses outside the deadlock
+            // avoidance: at most half of them may be spoken for this way (more thrash
+            // when f is small). This one waits, like any miss, for its move.
+            return Ok(None);
+        }
         let d: DeferredRef = Arc::new(Mutex::new(Deferred {
             dir,
             rank,
