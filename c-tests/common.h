@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "firehose.h"
 
 static int fh_test_rank = -1;
@@ -47,6 +48,13 @@ static inline void exchange_ptrs(void *mine, void **all, MPI_Comm comm) {
   MPI_Allgather(&m, 1, MPI_UINT64_T, tmp, 1, MPI_UINT64_T, comm);
   for (int i = 0; i < n; i++) all[i] = (void *)(uintptr_t)tmp[i];
   free(tmp);
+}
+
+/* Seconds on a monotonic clock (MPI_Wtime may be a different clock per rank). */
+static inline double fh_test_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* Deterministic pseudo-random numbers (xorshift64*). */

@@ -5,13 +5,6 @@
  * starts transfers into rank 1's plain memory; FH_SHM=0 makes every access go through
  * firehose (a node peer would otherwise be reached with the kernel's single copy). */
 #include "common.h"
-#include <time.h>
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 #define N 4096
 
@@ -23,6 +16,16 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   fh_test_rank = rank;
+#ifdef MPICH_VERSION
+  /* MPICH without MPICH_ASYNC_PROGRESS completes one-sided operations (here the read
+   * of the peer's registration table that precedes a firehose move) only inside the
+   * target's MPI calls: the call waits inside MPI for the computing peer, where the
+   * library can neither return early nor diagnose (README, "Progress and MPI
+   * interoperability"). Nothing to check on that MPI. */
+  if (rank == 0) printf("SKIP test_nb_miss: MPICH completes one-sided operations only inside the target's MPI calls\n");
+  MPI_Finalize();
+  return 0;
+#endif
   fh_ctx_t *ctx;
   CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
   CHECK(n == 2, "runs on 2 ranks");
@@ -35,19 +38,19 @@ int main(int argc, char **argv) {
   exchange_ptrs(mem, all, MPI_COMM_WORLD);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 1) {
-    double t0 = now();
+    double t0 = fh_test_now();
     volatile double x = 0;
-    while (now() - t0 < 1.5) x += 1;
+    while (fh_test_now() - t0 < 1.5) x += 1;
   } else {
     char *r = all[1];
     static char out[N], in[N];
     for (int i = 0; i < N; i++) out[i] = (char)(0x5A ^ i);
     fh_handle_t hp, hg;
-    double t0 = now();
+    double t0 = fh_test_now();
     CHECK_OK(fh_put_nb(ctx, 1, r, out, N, &hp));
     CHECK_OK(fh_get_nb(ctx, in, 1, r + (1 << 20), N, &hg));
     CHECK_OK(fh_put_nbi(ctx, 1, r + (2 << 20), out, N));
-    double issued = now() - t0;
+    double issued = fh_test_now() - t0;
     int tp = fh_test(ctx, hp), tg = fh_test(ctx, hg), tn = fh_test_nbi(ctx, FH_NBI_ALL);
     printf("nb_miss: 3 transfers issued in %.3f ms; test: put %d get %d nbi %d\n", issued * 1e3, tp, tg, tn);
     CHECK(issued < 0.5, "non-blocking calls waited %.2f s for the computing target", issued);
@@ -56,7 +59,7 @@ int main(int argc, char **argv) {
     CHECK_OK(fh_wait(ctx, hp));
     CHECK_OK(fh_wait(ctx, hg));
     CHECK_OK(fh_wait_nbi(ctx, FH_NBI_ALL));
-    double done = now() - t0;
+    double done = fh_test_now() - t0;
     CHECK(done > 1.0, "completed after %.2f s, before the target could have answered", done);
     for (int i = 0; i < N; i++)
       CHECK(in[i] == (char)((size_t)((1 << 20) + i) * 7 + 1), "get byte %d = %d", i, in[i]);

@@ -5,14 +5,7 @@
  * the missing move answer; with FH_STALL_ABORT=6 the put must give up with
  * FH_ERR_TRANSPORT well before rank 1 comes back. Afterwards the job goes on. */
 #include "common.h"
-#include <time.h>
 #include <unistd.h>
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 int main(int argc, char **argv) {
   /* The settings this scenario needs, on every rank, before fh_init reads them. */
@@ -25,6 +18,16 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   fh_test_rank = rank;
+#ifdef MPICH_VERSION
+  /* MPICH without MPICH_ASYNC_PROGRESS completes one-sided operations (here the read
+   * of the peer's registration table that precedes a firehose move) only inside the
+   * target's MPI calls: the call waits inside MPI for the computing peer, where the
+   * library can neither return early nor diagnose (README, "Progress and MPI
+   * interoperability"). Nothing to check on that MPI. */
+  if (rank == 0) printf("SKIP test_stall: MPICH completes one-sided operations only inside the target's MPI calls\n");
+  MPI_Finalize();
+  return 0;
+#endif
   fh_ctx_t *ctx;
   CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
   CHECK(n == 2, "runs on 2 ranks");
@@ -34,9 +37,9 @@ int main(int argc, char **argv) {
   MPI_Barrier(MPI_COMM_WORLD);
 
   if (rank == 1) {
-    double t0 = now();
+    double t0 = fh_test_now();
     volatile double x = 0;
-    while (now() - t0 < 8.5) x += 1.0; /* no library, no MPI */
+    while (fh_test_now() - t0 < 8.5) x += 1.0; /* no library, no MPI */
   } else {
     /* Capture stderr around the stalled call. */
     char path[] = "/tmp/fh_stall_XXXXXX";
@@ -46,9 +49,9 @@ int main(int argc, char **argv) {
     int saved = dup(2);
     dup2(fd, 2);
     uint64_t v = 0xfeed;
-    double t0 = now();
+    double t0 = fh_test_now();
     int rc = fh_put(ctx, 1, all[1], &v, sizeof v);
-    double waited = now() - t0;
+    double waited = fh_test_now() - t0;
     char err[512];
     fh_last_error(err, sizeof err);
     fflush(stderr);

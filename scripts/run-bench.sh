@@ -168,7 +168,7 @@ done
 fh_bin=$bindir/bench_firehose
 fdir=$outdir/firehose
 if [ -x "$fh_bin" ] && [ "${BENCH_FIREHOSE:-1}" != 0 ] && [ "${BENCH_SMP:-1}" != only ] &&
-   [ "${BENCH_RPIPE:-1}" != only ] && [ "${BENCH_SYNC:-1}" != only ]; then
+   [ "${BENCH_RPIPE:-1}" != only ] && [ "${BENCH_SYNC:-1}" != only ] && [ "${BENCH_INTEROP:-1}" != only ]; then
   here=$(cd "$(dirname "$0")" && pwd)
   np=${FH_BENCH_NP:-2}
   fruns=${FH_BENCH_RUNS:-3}
@@ -250,7 +250,7 @@ fi
 smp_bin=$bindir/bench_smp
 sdir=$outdir/smp
 if [ -x "$smp_bin" ] && [ "${BENCH_SMP:-1}" != 0 ] && [ "${BENCH_FIREHOSE:-1}" != only ] &&
-   [ "${BENCH_RPIPE:-1}" != only ] && [ "${BENCH_SYNC:-1}" != only ]; then
+   [ "${BENCH_RPIPE:-1}" != only ] && [ "${BENCH_SYNC:-1}" != only ] && [ "${BENCH_INTEROP:-1}" != only ]; then
   rm -rf "$sdir"
   mkdir -p "$sdir"
   smp_start=$(date +%s)
@@ -330,7 +330,7 @@ target() { # summary-file benchmark size target label
 rp_bin=$bindir/bench_rpipe
 rpdir=$outdir/rpipe
 if [ -x "$rp_bin" ] && [ "${BENCH_RPIPE:-1}" != 0 ] && [ "${BENCH_FIREHOSE:-1}" != only ] &&
-   [ "${BENCH_SMP:-1}" != only ] && [ "${BENCH_SYNC:-1}" != only ]; then
+   [ "${BENCH_SMP:-1}" != only ] && [ "${BENCH_SYNC:-1}" != only ] && [ "${BENCH_INTEROP:-1}" != only ]; then
   rm -rf "$rpdir"
   mkdir -p "$rpdir"
   rp_start=$(date +%s)
@@ -410,7 +410,7 @@ fi
 sy_bin=$bindir/bench_sync
 sydir=$outdir/sync
 if [ -x "$sy_bin" ] && [ "${BENCH_SYNC:-1}" != 0 ] && [ "${BENCH_FIREHOSE:-1}" != only ] &&
-   [ "${BENCH_SMP:-1}" != only ] && [ "${BENCH_RPIPE:-1}" != only ]; then
+   [ "${BENCH_SMP:-1}" != only ] && [ "${BENCH_RPIPE:-1}" != only ] && [ "${BENCH_INTEROP:-1}" != only ]; then
   rm -rf "$sydir"
   mkdir -p "$sydir"
   sy_start=$(date +%s)
@@ -558,7 +558,8 @@ fi
 # library inside blocking MPI calls (interposed call vs PMPI_*) at 2, 4, 8 ranks.
 # $INTEROP_BENCH_RUNS launches of each (default 3); results in <outdir>/interop/.
 iodir=$outdir/interop
-if [ -x "$bindir/bench_interop" ] && [ "${BENCH_INTEROP:-1}" != 0 ]; then
+if [ -x "$bindir/bench_interop" ] && [ "${BENCH_INTEROP:-1}" != 0 ] && [ "${BENCH_FIREHOSE:-1}" != only ] &&
+   [ "${BENCH_SMP:-1}" != only ] && [ "${BENCH_RPIPE:-1}" != only ] && [ "${BENCH_SYNC:-1}" != only ]; then
   mkdir -p "$iodir"
   : >"$iodir/summary.txt"
   for spec in "cma 2" "first 2 FH_SHM=1" "first 2 FH_SHM=0" "first 8 FH_SHM=0" "progress 2" "progress 4" "progress 8"; do

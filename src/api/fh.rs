@@ -20,7 +20,7 @@
 //! Handler context: the move and answer handlers never wait; the local table is
 //! locked for a bounded time (no polling under any table lock).
 
-use super::am::{self, Token, H_INVALIDATE};
+use super::am::{self, Token};
 use super::ctx::CtxInner;
 use super::wire::{Category, Frame};
 use crate::firehose::local::{Held, LocalBegin, LocalTable, Pinner};
@@ -1157,35 +1157,11 @@ impl CtxInner {
                     ent.1 = ent.1.max(e);
                 }
             }
-            let epoch = self.next_inval_epoch();
-            let id = self.new_id();
-            self.invals.lock().insert(id, by_rank.len());
-            let mut first = Ok(());
-            for (&h, &(s, e)) in &by_rank {
-                if let Err(e) = self.am_request(
-                    h,
-                    Category::Short,
-                    H_INVALIDATE,
-                    &[s as u64, e as u64, id, epoch],
-                    &[],
-                    None,
-                ) {
-                    *self.invals.lock().get_mut(&id).expect("present") -= 1;
-                    first = Err(e);
-                }
-                crate::api::stats::Stats::add(&self.stats.invalidations_sent, 1);
-            }
-            let w = self.wait_for(
-                crate::api::stall::Wait::new(
-                    "fh_mem_register/fh_mem_invalidate",
-                    None,
-                    "the acknowledgement of an invalidation from a rank holding firehoses there",
-                ),
-                || Ok(self.invals.lock().get(&id).copied().unwrap_or(0) == 0),
-            );
-            self.invals.lock().remove(&id);
+            let targets: Vec<(usize, usize, usize)> =
+                by_rank.iter().map(|(&h, &(s, e))| (h, s, e)).collect();
+            let (w, sends) = self.invalidate_holders(&targets, "fh_mem_register/fh_mem_invalidate");
             w?;
-            first?;
+            sends?;
             // The holders have forgotten these units; drop their references here.
             let mut l = fh.local.lock();
             let mut pinner = CtxPinner {

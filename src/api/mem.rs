@@ -190,37 +190,10 @@ impl CtxInner {
             holders.sort_unstable();
             holders.dedup();
         }
-        let mut res = Ok(());
-        if !holders.is_empty() {
-            let epoch = self.next_inval_epoch();
-            let id = self.new_id();
-            self.invals.lock().insert(id, holders.len());
-            for &h in &holders {
-                if let Err(e) = self.am_request(
-                    h,
-                    Category::Short,
-                    am::H_INVALIDATE,
-                    &[start as u64, region.end as u64, id, epoch],
-                    &[],
-                    None,
-                ) {
-                    // Could not reach the holder: do not wait for its ack.
-                    *self.invals.lock().get_mut(&id).expect("present") -= 1;
-                    res = Err(e);
-                }
-                Stats::add(&self.stats.invalidations_sent, 1);
-            }
-            let w = self.wait_for(
-                crate::api::stall::Wait::new(
-                    "fh_mem_unregister/fh_mem_invalidate",
-                    None,
-                    "the acknowledgement of an invalidation from a rank that cached the region",
-                ),
-                || Ok(self.invals.lock().get(&id).copied().unwrap_or(0) == 0),
-            );
-            self.invals.lock().remove(&id);
-            w?;
-        }
+        let targets: Vec<(usize, usize, usize)> =
+            holders.iter().map(|&h| (h, start, region.end)).collect();
+        let (w, mut res) = self.invalidate_holders(&targets, "fh_mem_unregister/fh_mem_invalidate");
+        w?;
         if let Some((slot, _)) = published {
             res = res.and(self.regtab_retire(slot));
         }
@@ -302,6 +275,48 @@ impl Invalidations {
 }
 
 impl CtxInner {
+    /// Tell every `(rank, start, end)` to forget that range of ours and complete its
+    /// operations there, and wait for all acknowledgements (so no access lands there
+    /// afterwards). Returns how the wait ended (an error: not every holder confirmed,
+    /// so the memory must stay exposed) and the first holder that could not be
+    /// reached (it is not waited for).
+    pub(crate) fn invalidate_holders(
+        &self,
+        targets: &[(usize, usize, usize)],
+        call: &'static str,
+    ) -> (Result<()>, Result<()>) {
+        if targets.is_empty() {
+            return (Ok(()), Ok(()));
+        }
+        let epoch = self.next_inval_epoch();
+        let id = self.new_id();
+        self.invals.lock().insert(id, targets.len());
+        let mut first = Ok(());
+        for &(h, s, e) in targets {
+            let args = [s as u64, e as u64, id, epoch];
+            if let Err(err) =
+                self.am_request(h, Category::Short, am::H_INVALIDATE, &args, &[], None)
+            {
+                // Could not reach the holder: do not wait for its ack.
+                *self.invals.lock().get_mut(&id).expect("present") -= 1;
+                if first.is_ok() {
+                    first = Err(err);
+                }
+            }
+            Stats::add(&self.stats.invalidations_sent, 1);
+        }
+        let what = crate::api::stall::Wait::new(
+            call,
+            None,
+            "the acknowledgement of an invalidation from a rank holding that memory",
+        );
+        let w = self.wait_for(what, || {
+            Ok(self.invals.lock().get(&id).copied().unwrap_or(0) == 0)
+        });
+        self.invals.lock().remove(&id);
+        (w, first)
+    }
+
     /// The epoch the next invalidation this rank sends carries.
     pub(crate) fn next_inval_epoch(&self) -> u64 {
         self.inval_epoch

@@ -312,11 +312,7 @@ impl CtxInner {
                 // SAFETY: the caller of the public functions guarantees `local` is
                 // valid for nbytes until the operation completes (documented per
                 // call); `remote` was approved by the target (proof held).
-                unsafe { self.raw(dir, rank, remote, local, nbytes, blocking)? };
-                if !blocking {
-                    self.rma.bump(rank);
-                }
-                return Ok(());
+                return unsafe { self.plain(dir, rank, remote, local, nbytes, blocking) };
             }
             other => other.is_some(),
         };
@@ -375,11 +371,7 @@ impl CtxInner {
             // Registered at the target, found in its table one-sidedly: plain RMA.
             if let Some(_proof) = self.plain_access(rank, remote, nbytes) {
                 // SAFETY: as for the plain path above.
-                unsafe { self.raw(dir, rank, remote, local, nbytes, blocking)? };
-                if !blocking {
-                    self.rma.bump(rank);
-                }
-                return Ok(());
+                return unsafe { self.plain(dir, rank, remote, local, nbytes, blocking) };
             }
         }
         let mut off = 0;
@@ -443,6 +435,29 @@ impl CtxInner {
                 self.fh_hold(rank, seq, pins);
             }
             off += c;
+        }
+        Ok(())
+    }
+
+    /// A transfer that needs no firehose (heap or registered memory, proof held by
+    /// the caller): issue it, and count it when it stays in flight.
+    ///
+    /// # Safety
+    /// As `raw`.
+    #[inline]
+    unsafe fn plain(
+        &self,
+        dir: Dir,
+        rank: usize,
+        remote: usize,
+        local: usize,
+        nbytes: usize,
+        blocking: bool,
+    ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.raw(dir, rank, remote, local, nbytes, blocking)? };
+        if !blocking {
+            self.rma.bump(rank);
         }
         Ok(())
     }

@@ -210,21 +210,11 @@ impl SharedHeaps {
     fn new(comm: ffi::MPI_Comm, heap_size: usize) -> Result<SharedHeaps> {
         let page = os::page_size();
         let len = os::page_span(0, heap_size).1.max(page);
+        let (node, members) = node_members(comm)?;
         // SAFETY (whole block): plain MPI calls on a valid communicator with
         // out-parameters that live on this stack frame; every handle created is
         // either returned (and freed at finalize) or freed on the error path.
         unsafe {
-            let mut node: ffi::MPI_Comm = std::mem::zeroed();
-            check(
-                ffi::MPI_Comm_split_type(
-                    comm,
-                    ffi::RSMPI_COMM_TYPE_SHARED as c_int,
-                    0,
-                    ffi::RSMPI_INFO_NULL,
-                    &mut node,
-                ),
-                || "MPI_Comm_split_type(SHARED)".into(),
-            )?;
             let free_node = |mut n: ffi::MPI_Comm| {
                 ffi::MPI_Comm_free(&mut n);
             };
@@ -232,8 +222,7 @@ impl SharedHeaps {
             // SIGBUS on first touch, not an error, so check the room first. Every
             // rank of the node must make the same choice (the allocation is
             // collective), hence the reduction.
-            let mut members_n = 0;
-            ffi::MPI_Comm_size(node, &mut members_n);
+            let members_n = members.len() as c_int;
             let need = (len + page) as u64 * members_n as u64 * 2;
             let room = os::tmpfs_available("/dev/shm").unwrap_or(u64::MAX);
             let ok_here: c_int = (room >= need) as c_int;
@@ -276,24 +265,10 @@ impl SharedHeaps {
             ffi::MPI_Win_set_errhandler(win, ffi::RSMPI_ERRORS_RETURN);
             let raw = raw as usize;
             let base = (raw + page - 1) & !(page - 1);
-            // Which ranks of `comm` are on this node, and their segments here.
+            // Where the segments of this node's ranks are here.
             let n = members_n;
-            let (mut g_node, mut g_comm) = (std::mem::zeroed(), std::mem::zeroed());
-            ffi::MPI_Comm_group(node, &mut g_node);
-            ffi::MPI_Comm_group(comm, &mut g_comm);
-            let local: Vec<c_int> = (0..n).collect();
-            let mut members = vec![0 as c_int; n as usize];
-            let rc = ffi::MPI_Group_translate_ranks(
-                g_node,
-                n,
-                local.as_ptr(),
-                g_comm,
-                members.as_mut_ptr(),
-            );
-            ffi::MPI_Group_free(&mut g_node);
-            ffi::MPI_Group_free(&mut g_comm);
             let mut views = Vec::with_capacity(n as usize);
-            let mut bad = check(rc, || "MPI_Group_translate_ranks".into()).err();
+            let mut bad = None;
             for q in 0..n {
                 let (mut sz, mut du, mut p): (ffi::MPI_Aint, c_int, *mut c_void) =
                     (0, 0, std::ptr::null_mut());
@@ -325,7 +300,7 @@ impl SharedHeaps {
                 raw,
                 base,
                 len,
-                members: members.iter().map(|&m| m as usize).collect(),
+                members,
                 views,
             })
         }
