@@ -121,49 +121,69 @@ static void mode_first(fh_ctx_t *ctx, FILE *csv) {
   free(all);
 }
 
-static void mode_progress(fh_ctx_t *ctx, FILE *csv) {
-  (void)ctx;
+/* One timed batch of `which` (0 barrier, 1 allreduce, 2 ring wait) done `how`:
+ * 0 through the interposed call, 1 straight to the blocking PMPI call, 2 as its
+ * non-blocking PMPI form + PMPI_Wait (what the interposed call builds on). */
+static double progress_batch(int which, int how, int iters) {
   int rank, n;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
-  int iters = 200;
-  const char *names[3] = {"MPI_Barrier", "MPI_Allreduce_8B", "MPI_Wait_ring_8B"};
-  for (int which = 0; which < 3; which++) {
-    samples_t f, b;
-    samples_init(&f, BATCHES);
-    samples_init(&b, BATCHES);
-    uint64_t x = (uint64_t)rank, y = 0, sbuf = 1, rbuf = 0;
-    int right = (rank + 1) % n, left = (rank + n - 1) % n;
-    for (int bt = 0; bt < BATCHES; bt++) {
-      for (int side = 0; side < 2; side++) {
-        /* Alternate which side runs first, so neither always follows the other. */
-        int interposed = (side + bt) % 2;
-        PMPI_Barrier(MPI_COMM_WORLD);
-        double t0 = bench_now();
-        for (int i = 0; i < iters; i++) {
-          if (which == 0) {
-            if (interposed) MPIB(MPI_Barrier(MPI_COMM_WORLD));
-            else MPIB(PMPI_Barrier(MPI_COMM_WORLD));
-          } else if (which == 1) {
-            if (interposed) MPIB(MPI_Allreduce(&x, &y, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
-            else MPIB(PMPI_Allreduce(&x, &y, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
-          } else {
-            MPI_Request rq[2];
-            MPIB(MPI_Irecv(&rbuf, 1, MPI_UINT64_T, left, 7, MPI_COMM_WORLD, &rq[0]));
-            MPIB(MPI_Isend(&sbuf, 1, MPI_UINT64_T, right, 7, MPI_COMM_WORLD, &rq[1]));
-            for (int k = 0; k < 2; k++) {
-              if (interposed) MPIB(MPI_Wait(&rq[k], MPI_STATUS_IGNORE));
-              else MPIB(PMPI_Wait(&rq[k], MPI_STATUS_IGNORE));
-            }
-          }
-        }
-        double us = (bench_now() - t0) * 1e6 / iters;
-        samples_add(interposed ? &f : &b, us);
+  uint64_t x = (uint64_t)rank, y = 0, sbuf = 1, rbuf = 0;
+  int right = (rank + 1) % n, left = (rank + n - 1) % n;
+  PMPI_Barrier(MPI_COMM_WORLD);
+  double t0 = bench_now();
+  for (int i = 0; i < iters; i++) {
+    MPI_Request r;
+    if (which == 0) {
+      if (how == 0) MPIB(MPI_Barrier(MPI_COMM_WORLD));
+      else if (how == 1) MPIB(PMPI_Barrier(MPI_COMM_WORLD));
+      else { MPIB(PMPI_Ibarrier(MPI_COMM_WORLD, &r)); MPIB(PMPI_Wait(&r, MPI_STATUS_IGNORE)); }
+    } else if (which == 1) {
+      if (how == 0) MPIB(MPI_Allreduce(&x, &y, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
+      else if (how == 1) MPIB(PMPI_Allreduce(&x, &y, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
+      else {
+        MPIB(PMPI_Iallreduce(&x, &y, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD, &r));
+        MPIB(PMPI_Wait(&r, MPI_STATUS_IGNORE));
+      }
+    } else {
+      MPI_Request rq[2];
+      MPIB(MPI_Irecv(&rbuf, 1, MPI_UINT64_T, left, 7, MPI_COMM_WORLD, &rq[0]));
+      MPIB(MPI_Isend(&sbuf, 1, MPI_UINT64_T, right, 7, MPI_COMM_WORLD, &rq[1]));
+      for (int k = 0; k < 2; k++) {
+        if (how == 0) MPIB(MPI_Wait(&rq[k], MPI_STATUS_IGNORE));
+        else MPIB(PMPI_Wait(&rq[k], MPI_STATUS_IGNORE));
       }
     }
+  }
+  return (bench_now() - t0) * 1e6 / iters;
+}
+
+static void mode_progress(fh_ctx_t *ctx, FILE *csv) {
+  (void)ctx;
+  const char *names[3] = {"MPI_Barrier", "MPI_Allreduce_8B", "MPI_Wait_ring_8B"};
+  const char *floors[3] = {"PMPI_Ibarrier+PMPI_Wait", "PMPI_Iallreduce+PMPI_Wait", "PMPI_Wait"};
+  for (int which = 0; which < 3; which++) {
+    samples_t f, b, nb;
+    samples_init(&f, BATCHES);
+    samples_init(&b, BATCHES);
+    samples_init(&nb, BATCHES);
+    for (int bt = 0; bt < BATCHES; bt++)
+      for (int k = 0; k < 3; k++) {
+        int how = (k + bt) % 3; /* rotate which goes first */
+        double us = progress_batch(which, how, 200);
+        samples_add(how == 0 ? &f : how == 1 ? &b : &nb, us);
+      }
+    char label[64];
     report(csv, names[which], "the same call straight to MPI (PMPI_*)", 8, &f, &b);
+    snprintf(label, sizeof label, "%s_vs_nb_floor", names[which]);
+    samples_t f2;
+    samples_init(&f2, BATCHES);
+    for (int i = 0; i < f.n; i++) samples_add(&f2, f.v[i]);
+    report(csv, label, floors[which], 8, &f2, &nb);
     samples_free(&f);
+    samples_free(&f2);
     samples_free(&b);
+    samples_free(&nb);
   }
 }
 

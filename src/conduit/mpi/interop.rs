@@ -14,23 +14,32 @@ use super::MpiConduit;
 use mpi::ffi;
 use std::os::raw::c_int;
 
-/// Idle rounds (neither MPI nor the library progressed) before each yield.
-const SPIN_BEFORE_YIELD: u32 = 8;
+/// Tests of the MPI request per poll of the library. MPI completes most calls within
+/// a few tests; the poll costs several tests' worth, and a peer waiting for us can
+/// afford a few microseconds.
+const TESTS_PER_SERVE: u32 = 16;
+/// Idle polls (the library had nothing to do) before each yield.
+const IDLE_BEFORE_YIELD: u32 = 4;
 
 /// Alternate `test` (returns MPI's code and whether the operation completed) with
 /// `serve` (the library's poll; returns the work it did) until completion or error.
 pub fn drive(mut test: impl FnMut() -> (c_int, bool), serve: &mut dyn FnMut() -> usize) -> c_int {
     let mut idle = 0u32;
+    let mut tests = 0u32;
     loop {
         let (rc, done) = test();
         if rc != ffi::MPI_SUCCESS as c_int || done {
             return rc;
         }
+        tests += 1;
+        if tests % TESTS_PER_SERVE != 0 {
+            continue;
+        }
         if serve() > 0 {
             idle = 0;
         } else {
             idle += 1;
-            if idle >= SPIN_BEFORE_YIELD {
+            if idle >= IDLE_BEFORE_YIELD {
                 std::thread::yield_now();
             }
         }
