@@ -370,9 +370,10 @@ pub enum VmError {
 /// Copy `len` bytes between local `local` and `remote` in process `pid` with the
 /// kernel's single copy (`process_vm_writev`/`readv`, cross-memory attach). The
 /// kernel checks both ranges: a bad address is an error, never a fault, on either
-/// side. A range that crosses a page boundary is first probed one byte per page
-/// with a single read (one system call), so a transfer that runs off the end of a
-/// mapping is refused whole instead of moving a prefix.
+/// side. A write that crosses a page boundary writes its last byte first, in the
+/// same call, so a put that runs off the end of a mapping is refused whole instead of
+/// changing a prefix; a read that does so fails (its local buffer may hold a prefix,
+/// which the error tells the caller not to use).
 pub fn vm_copy(
     pid: i32,
     dir: VmDir,
@@ -389,58 +390,53 @@ pub fn vm_copy(
     let p = page_size();
     let first = remote & !(p - 1);
     let last = (remote + len - 1) & !(p - 1);
-    if first != last {
-        vm_probe(pid, remote, len)?;
-    }
-    let l = libc::iovec {
-        iov_base: local as *mut libc::c_void,
-        iov_len: len,
-    };
-    let r = libc::iovec {
-        iov_base: remote as *mut libc::c_void,
-        iov_len: len,
-    };
-    // SAFETY: the kernel validates both ranges (EFAULT on a bad one); no Rust
-    // reference to either is created.
-    let n = unsafe {
-        match dir {
-            VmDir::Write => libc::process_vm_writev(pid, &l, 1, &r, 1, 0),
-            VmDir::Read => libc::process_vm_readv(pid, &l, 1, &r, 1, 0),
+    let n = if first != last && dir == VmDir::Write {
+        // The last byte first, in the same call: if the end of the range is not
+        // writable the call stops before any byte changed; then the rest.
+        let l = [
+            libc::iovec {
+                iov_base: (local + len - 1) as *mut libc::c_void,
+                iov_len: 1,
+            },
+            libc::iovec {
+                iov_base: local as *mut libc::c_void,
+                iov_len: len - 1,
+            },
+        ];
+        let r = [
+            libc::iovec {
+                iov_base: (remote + len - 1) as *mut libc::c_void,
+                iov_len: 1,
+            },
+            libc::iovec {
+                iov_base: remote as *mut libc::c_void,
+                iov_len: len - 1,
+            },
+        ];
+        // SAFETY: the kernel validates every range (EFAULT on a bad one); no Rust
+        // reference to any of them is created.
+        unsafe { libc::process_vm_writev(pid, l.as_ptr(), 2, r.as_ptr(), 2, 0) }
+    } else {
+        let l = libc::iovec {
+            iov_base: local as *mut libc::c_void,
+            iov_len: len,
+        };
+        let r = libc::iovec {
+            iov_base: remote as *mut libc::c_void,
+            iov_len: len,
+        };
+        // SAFETY: as above.
+        unsafe {
+            match dir {
+                VmDir::Write => libc::process_vm_writev(pid, &l, 1, &r, 1, 0),
+                VmDir::Read => libc::process_vm_readv(pid, &l, 1, &r, 1, 0),
+            }
         }
     };
     if n == len as isize {
         return Ok(());
     }
     Err(if n >= 0 { VmError::Fault } else { vm_errno() })
-}
-
-/// Read one byte of every page `[remote, remote+len)` touches, in one call.
-fn vm_probe(pid: i32, remote: usize, len: usize) -> std::result::Result<(), VmError> {
-    const BATCH: usize = 256; // below every kernel's IOV_MAX (1024)
-    let p = page_size();
-    let mut sink = [0u8; BATCH];
-    let mut at = remote;
-    let end = remote + len;
-    while at < end {
-        let mut iov: Vec<libc::iovec> = Vec::with_capacity(BATCH);
-        while at < end && iov.len() < BATCH {
-            iov.push(libc::iovec {
-                iov_base: at as *mut libc::c_void,
-                iov_len: 1,
-            });
-            at = (at & !(p - 1)) + p;
-        }
-        let local = libc::iovec {
-            iov_base: sink.as_mut_ptr() as *mut libc::c_void,
-            iov_len: iov.len(),
-        };
-        // SAFETY: `sink` holds iov.len() bytes; the kernel validates the remote ones.
-        let n = unsafe { libc::process_vm_readv(pid, &local, 1, iov.as_ptr(), iov.len() as _, 0) };
-        if n != iov.len() as isize {
-            return Err(if n >= 0 { VmError::Fault } else { vm_errno() });
-        }
-    }
-    Ok(())
 }
 
 fn vm_errno() -> VmError {
