@@ -133,6 +133,11 @@ test-fortran: fortran lib
 	  echo "interop_basic (Fortran, MPI_BARRIER only) np=$$np FH_SHM=$$shm"; \
 	  FH_SHM=$$shm timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) $(if $(filter mpich,$(MPI)),,-x FH_SHM) -np $$np $(BUILD)/fortran/interop_basic || exit 1; \
 	done; done
+	$(MPIFC) $(FFLAGS) -I$(BUILD)/fortran tests/fortran/interop_f08.f90 $(BUILD)/fortran/firehose.o -o $(BUILD)/fortran/interop_f08 $(LINK)
+	@for np in 2 4 8; do \
+	  echo "interop_f08 (use mpi_f08, MPI_Barrier serves a firehose move) np=$$np FH_SHM=0"; \
+	  FH_SHM=0 timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) $(if $(filter mpich,$(MPI)),,-x FH_SHM) -np $$np $(BUILD)/fortran/interop_f08 || exit 1; \
+	done
 
 # Install into a temporary prefix, build a consumer with pkg-config only, run it.
 test-pkgconfig: lib fortran
