@@ -22,6 +22,9 @@
 //!   one relaxed load and go straight to MPI.
 
 use super::ctx::CtxInner;
+/// The MPI side of the loop (the conduit knows MPI requests); re-exported so the
+/// C boundary names only this layer.
+pub use crate::conduit::mpi::interop::{drive, drive_request};
 use parking_lot::RwLock;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -22,7 +22,7 @@
 //! `PMPI_*` and bypasses this file (README, "Progress and MPI interoperability").
 
 use crate::api::progress;
-use crate::conduit::mpi::interop::{drive, drive_request};
+use crate::api::progress::{drive, drive_request};
 use mpi::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Op, MPI_Request, MPI_Status, MPI_Win};
 use std::os::raw::{c_int, c_void};
 

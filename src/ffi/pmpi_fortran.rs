@@ -14,7 +14,7 @@
 //! wrappers are never called.
 
 use crate::api::progress;
-use crate::conduit::mpi::interop::drive;
+use crate::api::progress::drive;
 use std::ffi::{c_void, CStr};
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
