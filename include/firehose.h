@@ -1485,7 +1485,8 @@ int fh_partial_local_pin(struct fh_ctx_t *ctx,
  * The peer's fh_malloc memory and regions it registered are prepinned: their pins
  * hold nothing. `*pin_out` is left unchanged on error.
  * Errors: FH_ERR_INVALID_ARG (also for this rank: use fh_local_pin), FH_ERR_BAD_RANK,
- * FH_ERR_ACCESS (the target refused: not mapped there).
+ * FH_ERR_ACCESS (the target refused: not mapped writable there; explicit pins are
+ * for puts as well as gets, so read-only memory is refused).
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */
@@ -1655,11 +1656,14 @@ void fh_free(struct fh_ctx_t *ctx, void *ptr);
 /**
  * Make `[addr, addr+len)` of this rank remotely accessible (registered with the
  * conduit and, with FH_PIN=mlock, locked in RAM) until fh_mem_unregister. The range
- * must be mapped and must not overlap another registration or the library heap.
- * If mlock fails (RLIMIT_MEMLOCK) the range is registered without locking. Firehose
- * pins other ranks hold in the range are dropped first (they are told and must be
- * polling; one round trip per such rank).
- * Errors: FH_ERR_INVALID_ARG, FH_ERR_ACCESS (not mapped), FH_ERR_MPI (attach
+ * must be mapped readable and writable and must not overlap another registration or
+ * the library heap. Peers find the registration in this rank's registration table
+ * with one-sided reads: their first access sends no message. If mlock fails
+ * (RLIMIT_MEMLOCK) the range is registered without locking. Firehose pins other
+ * ranks hold in the range are dropped first (they are told and answer inside any
+ * library call or blocking MPI call; one round trip per such rank).
+ * Errors: FH_ERR_INVALID_ARG, FH_ERR_ACCESS (not mapped, PROT_NONE or read-only),
+ * FH_ERR_NO_RESOURCE (64 registrations per rank already), FH_ERR_MPI (attach
  * failed).
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).

@@ -112,6 +112,8 @@ for np in 2 8; do extra test_hostile "$np" - FH_SHM=0; done
 extra test_hostile 4 - FH_SHM=0 FH_CMA=0
 extra test_churn 2 - FH_SHM=0
 extra test_churn 8 - FH_SHM=0
+extra test_churn 2 - FH_SHM=0 FH_CMA=0
+extra test_churn 8 - FH_SHM=0 FH_CMA=0
 
 echo "c-tests ($MPI)"
 echo "c-tests: $pass passed, $fail failed"

@@ -265,13 +265,25 @@ impl CtxInner {
         // Acquire a credit (back-pressure: serve others meanwhile).
         let peer = &self.am.peers[dest];
         let mut stalled = false;
+        let mut watch = None;
         while !peer.try_acquire() {
             if !stalled {
                 stalled = true;
                 Stats::add(&self.stats.credit_stalls, 1);
+                watch = Some(crate::api::stall::Watch::new(
+                    self,
+                    crate::api::stall::Wait::new(
+                        "fh_am_request_*",
+                        Some(dest),
+                        "a flow-control credit (it has not handled our earlier requests)",
+                    ),
+                ));
             }
             if self.progress_once()? == 0 {
                 self.conduit.idle();
+            }
+            if let Some(w) = watch.as_mut() {
+                w.round()?;
             }
         }
         let credits = peer.take_owed();

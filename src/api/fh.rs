@@ -1148,37 +1148,38 @@ impl CtxInner {
                 total += l.invalidate(a, b, &mut pinner).len();
                 return Ok(total);
             }
-            drop(l);
+            // The holders' firehoses end now; the units stay pinned (held here)
+            // until every holder acknowledged. Moves served meanwhile take new
+            // firehoses, which the next round finds.
             let mut by_rank: HashMap<usize, (usize, usize)> = HashMap::new();
+            let mut held = Vec::new();
             for (s, e, hs) in holders {
                 for h in hs {
+                    held.extend(l.hand_back(h, s));
                     let ent = by_rank.entry(h).or_insert((s, e));
                     ent.0 = ent.0.min(s);
                     ent.1 = ent.1.max(e);
                 }
             }
+            drop(l);
             let targets: Vec<(usize, usize, usize)> =
                 by_rank.iter().map(|(&h, &(s, e))| (h, s, e)).collect();
             let (w, sends) = self.invalidate_holders(&targets, "fh_mem_register/fh_mem_invalidate");
-            w?;
-            sends?;
-            // The holders have forgotten these units; drop their references here.
+            if w.is_err() {
+                // A holder did not confirm: the memory stays exposed (held for good).
+                return w.and(Ok(total));
+            }
             let mut l = fh.local.lock();
             let mut pinner = CtxPinner {
                 ctx: self,
                 maps: None,
             };
-            for (&h, &(s, e)) in &by_rank {
-                let starts: Vec<usize> = l
-                    .units()
-                    .filter(|(us, u)| *us < e && u.end > s)
-                    .map(|(us, _)| us)
-                    .collect();
-                for us in starts {
-                    l.remote_release(h, us);
-                }
+            for h in held {
+                l.local_release(h, &mut pinner);
             }
             l.trim(&mut pinner);
+            drop(l);
+            sends?;
         }
     }
 

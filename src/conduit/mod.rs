@@ -39,6 +39,8 @@ pub struct Caps {
     pub fh_mode: crate::runtime::config::FhMode,
     /// Separate registrations firehose may hold at once (None: no limit).
     pub max_registrations: Option<usize>,
+    /// Separate `fh_mem_register` ranges the conduit keeps room for (None: no limit).
+    pub user_registrations: Option<usize>,
     /// The local side of a put/get must be registered too (a strict RDMA NIC).
     pub local_registration: bool,
 }

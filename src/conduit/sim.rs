@@ -104,6 +104,7 @@ impl SimWorld {
                 atomics: true,
                 fh_mode: FhMode::Page,
                 max_registrations: None,
+                user_registrations: None,
                 local_registration: true,
             },
         })

@@ -114,7 +114,8 @@ unsafe impl Send for Callback {}
 /// The peer's fh_malloc memory and regions it registered are prepinned: their pins
 /// hold nothing. `*pin_out` is left unchanged on error.
 /// Errors: FH_ERR_INVALID_ARG (also for this rank: use fh_local_pin), FH_ERR_BAD_RANK,
-/// FH_ERR_ACCESS (the target refused: not mapped there).
+/// FH_ERR_ACCESS (the target refused: not mapped writable there; explicit pins are
+/// for puts as well as gets, so read-only memory is refused).
 /// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
 /// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
 #[no_mangle]

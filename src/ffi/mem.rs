@@ -35,11 +35,14 @@ pub extern "C" fn fh_free(ctx: *mut fh_ctx_t, ptr: *mut c_void) {
 
 /// Make `[addr, addr+len)` of this rank remotely accessible (registered with the
 /// conduit and, with FH_PIN=mlock, locked in RAM) until fh_mem_unregister. The range
-/// must be mapped and must not overlap another registration or the library heap.
-/// If mlock fails (RLIMIT_MEMLOCK) the range is registered without locking. Firehose
-/// pins other ranks hold in the range are dropped first (they are told and must be
-/// polling; one round trip per such rank).
-/// Errors: FH_ERR_INVALID_ARG, FH_ERR_ACCESS (not mapped), FH_ERR_MPI (attach
+/// must be mapped readable and writable and must not overlap another registration or
+/// the library heap. Peers find the registration in this rank's registration table
+/// with one-sided reads: their first access sends no message. If mlock fails
+/// (RLIMIT_MEMLOCK) the range is registered without locking. Firehose pins other
+/// ranks hold in the range are dropped first (they are told and answer inside any
+/// library call or blocking MPI call; one round trip per such rank).
+/// Errors: FH_ERR_INVALID_ARG, FH_ERR_ACCESS (not mapped, PROT_NONE or read-only),
+/// FH_ERR_NO_RESOURCE (64 registrations per rank already), FH_ERR_MPI (attach
 /// failed).
 /// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
 /// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).

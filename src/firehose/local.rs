@@ -520,6 +520,19 @@ impl LocalTable {
         true
     }
 
+    /// `peer` is being told to forget its firehose on the unit at `start`
+    /// (invalidation): drop that firehose now and keep the unit pinned with a local
+    /// reference until the peer acknowledged. A move the peer sends after it forgot
+    /// (frames may overtake the acknowledgement) then takes a *new* firehose, which
+    /// the acknowledgement must not drop. `None` if the peer held none there.
+    pub fn hand_back(&mut self, peer: usize, start: usize) -> Option<Held> {
+        if !self.remote_release(peer, start) {
+            return None;
+        }
+        self.update(start, |u| u.local += 1);
+        Some((start, self.units[&start].gen))
+    }
+
     /// Phase one of a local request for `[a, b)` (seed 000 Table 3, third row):
     /// reference the pinned units, reserve the missing ones (the caller pins them
     /// without the lock, then calls [`Self::local_finish`]). All or nothing: on

@@ -11,7 +11,7 @@ use crate::runtime::error::Result;
 use crate::{bail, err};
 use mpi::ffi;
 use parking_lot::Mutex;
-use std::os::raw::{c_char, c_int};
+use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Which MPI family this library was compiled against, read from the compiled-in
@@ -206,4 +206,36 @@ pub fn check(rc: c_int, what: impl FnOnce() -> String) -> Result<()> {
 #[inline(never)]
 fn mpi_error(rc: c_int, what: String) -> crate::runtime::error::Error {
     err!(Mpi, "{} failed: {}", what, error_string(rc))
+}
+
+/// Open MPI's `osc_rdma_max_attach` (attachments one dynamic window holds), read
+/// through the MPI tool interface; `None` when this MPI has no such variable (MPICH:
+/// no limit) or the read fails. MPI must be initialised.
+pub fn ompi_max_attach() -> Option<usize> {
+    let mut provided: c_int = 0;
+    // SAFETY: MPI_T may be initialised any number of times (paired with
+    // MPI_T_finalize below); every out-pointer is a local of the right type, and the
+    // variable is an MPI_UNSIGNED (4 bytes) read into an 8-byte zeroed buffer.
+    unsafe {
+        if ffi::MPI_T_init_thread(ffi::RSMPI_THREAD_SINGLE, &mut provided) != 0 {
+            return None;
+        }
+        let mut idx: c_int = 0;
+        let mut value: u64 = 0;
+        let mut ok = false;
+        if ffi::MPI_T_cvar_get_index(b"osc_rdma_max_attach\0".as_ptr() as *const c_char, &mut idx)
+            == 0
+        {
+            let mut h: ffi::MPI_T_cvar_handle = std::mem::zeroed();
+            let mut count: c_int = 0;
+            if ffi::MPI_T_cvar_handle_alloc(idx, std::ptr::null_mut(), &mut h, &mut count) == 0 {
+                ok = count == 1
+                    && ffi::MPI_T_cvar_read(h, &mut value as *mut u64 as *mut c_void) == 0;
+                ffi::MPI_T_cvar_handle_free(&mut h);
+            }
+        }
+        ffi::MPI_T_finalize();
+        // MPI_UNSIGNED: the low 4 bytes on this little-endian target.
+        (ok && value as u32 > 0).then_some(value as u32 as usize)
+    }
 }

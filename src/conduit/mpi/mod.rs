@@ -20,6 +20,7 @@
 //! target keeps running. With an MPI thread level below `MPI_THREAD_MULTIPLE` every
 //! MPI call of this conduit is serialised by one re-entrant lock.
 
+pub mod attach;
 pub mod boot;
 pub mod interop;
 
@@ -43,8 +44,13 @@ const LONG_TAG_BASE: u32 = 2;
 const LONG_TAG_SPAN: u32 = 32000;
 /// Conduit frame prefix: magic u16, flags u16, long tag u32, long length u64.
 const PREFIX: usize = 16;
-/// Open MPI 4.1 osc/rdma: attachments per dynamic window (`osc_rdma_max_attach`).
+/// Open MPI 4.1 osc/rdma: attachments per dynamic window (`osc_rdma_max_attach`)
+/// when the tool interface cannot tell.
 const OMPI_MAX_ATTACH: usize = 64;
+/// Of the dynamic window's attachments, at most this many are kept for
+/// `fh_mem_register` (a quarter when the window holds fewer than 64); firehose's
+/// units have the rest.
+const REG_SHARE: usize = 16;
 const MAGIC: u16 = 0xFC01;
 const FLAG_LONG: u16 = 1;
 
@@ -111,6 +117,11 @@ const GUESS_SLOTS: usize = 256;
 /// A reduction in flight: its request and the in/out words it reads and writes.
 type Max3 = (H<ffi::MPI_Request>, Box<[u64; 6]>);
 
+/// Attachments kept for `fh_mem_register` out of a window holding `cap`.
+fn reg_share(cap: usize) -> usize {
+    (cap / 4).clamp(1, REG_SHARE)
+}
+
 fn guess_slot(rank: usize, raddr: usize) -> usize {
     let h = (raddr as u64 >> 2) ^ ((rank as u64) << 40);
     (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % GUESS_SLOTS
@@ -152,6 +163,8 @@ pub struct MpiConduit {
     heap_locked: bool,
     heap_win: H<ffi::MPI_Win>,
     dyn_win: H<ffi::MPI_Win>,
+    /// What this rank attached to `dyn_win` (disjoint, page-aligned; `attach`).
+    attach: Mutex<attach::AttachMap>,
     /// False for a 1-rank communicator: no windows, all RMA is local copies.
     windows: bool,
     remote_heaps: Vec<(usize, usize)>,
@@ -619,6 +632,9 @@ impl MpiConduit {
                     cma_note
                 );
             }
+            // Open MPI's dynamic windows hold a fixed number of attachments.
+            let attach_cap = (boot::BUILT_FOR == "openmpi")
+                .then(|| boot::ompi_max_attach().unwrap_or(OMPI_MAX_ATTACH).max(2));
             let n = cfg.am_recv_buffers;
             let recv = RecvState {
                 reqs: vec![ffi::RSMPI_REQUEST_NULL; n],
@@ -640,8 +656,8 @@ impl MpiConduit {
                     // osc/rdma holds at most 64 attachments per dynamic window (one
                     // per page would exhaust it); 16 are left for fh_mem_register.
                     fh_mode: FhMode::Region,
-                    max_registrations: (boot::BUILT_FOR == "openmpi")
-                        .then_some(OMPI_MAX_ATTACH - 16),
+                    max_registrations: attach_cap.map(|c| c - reg_share(c)),
+                    user_registrations: attach_cap.map(reg_share),
                     local_registration: false,
                 },
                 rank,
@@ -665,6 +681,7 @@ impl MpiConduit {
                 heap_locked,
                 heap_win: H(heap_win),
                 dyn_win: H(dyn_win),
+                attach: Mutex::new(attach::AttachMap::new(os::page_size(), attach_cap)),
                 windows,
                 remote_heaps,
                 used: (0..size).map(|_| AtomicU8::new(0)).collect(),
@@ -850,6 +867,29 @@ impl MpiConduit {
         }
     }
 
+    /// One MPI call of the attachment map ([`attach`]).
+    fn attach_step(&self, st: attach::Step) -> Result<()> {
+        match st {
+            attach::Step::Attach { start, end } => {
+                // SAFETY: attaching local memory a user of the map owns; MPI only
+                // records the range.
+                let rc = unsafe {
+                    ffi::MPI_Win_attach(
+                        self.dyn_win.0,
+                        start as *mut c_void,
+                        (end - start) as ffi::MPI_Aint,
+                    )
+                };
+                check(rc, || format!("MPI_Win_attach([{:#x}, {:#x}))", start, end))
+            }
+            attach::Step::Detach { start, end } => {
+                // SAFETY: detaching a range the map attached before.
+                let rc = unsafe { ffi::MPI_Win_detach(self.dyn_win.0, start as *const c_void) };
+                check(rc, || format!("MPI_Win_detach([{:#x}, {:#x}))", start, end))
+            }
+        }
+    }
+
     fn check_rank(&self, rank: usize) -> Result<()> {
         if rank >= self.size {
             bail!(
@@ -987,6 +1027,7 @@ impl MpiConduit {
         let _s = self.serial();
         let dt = u8t();
         let mut off = 0usize;
+        let mut retry_until = None;
         loop {
             let n = (len - off).min(i32::MAX as usize) as c_int;
             // SAFETY: local is valid for len bytes until completion (contract); raddr
@@ -1018,6 +1059,9 @@ impl MpiConduit {
                 }
             };
             if rc != ffi::MPI_SUCCESS as c_int {
+                if bit == WIN_DYN && range_retry(rc, &mut retry_until) {
+                    continue;
+                }
                 return Err(rma_error(rc, is_put, n as usize, rank, raddr + off));
             }
             off += n as usize;
@@ -1201,6 +1245,30 @@ impl MpiConduit {
     }
 }
 
+/// How long an origin retries an access the target's MPI refused as out of range.
+/// The layer above only accesses ranges the target attached, so a refusal is the
+/// target replacing attachments by their union ([`attach`]): two MPI calls.
+const RANGE_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Whether to retry a dynamic-window access that failed with `rc`.
+#[cold]
+#[inline(never)]
+fn range_retry(rc: c_int, until: &mut Option<std::time::Instant>) -> bool {
+    let mut class: c_int = 0;
+    // SAFETY: MPI_Error_class writes one int.
+    unsafe { ffi::MPI_Error_class(rc, &mut class) };
+    if class != ffi::MPI_ERR_RMA_RANGE as c_int {
+        return false;
+    }
+    let now = std::time::Instant::now();
+    let deadline = *until.get_or_insert(now + RANGE_RETRY);
+    if now >= deadline {
+        return false;
+    }
+    std::thread::yield_now();
+    true
+}
+
 #[cold]
 #[inline(never)]
 fn rma_error(
@@ -1288,11 +1356,9 @@ impl Conduit for MpiConduit {
             return Ok(());
         }
         let _s = self.serial();
-        // SAFETY: attaching local memory the caller owns; MPI only records the range.
-        let rc = unsafe {
-            ffi::MPI_Win_attach(self.dyn_win.0, addr as *mut c_void, len as ffi::MPI_Aint)
-        };
-        check(rc, || format!("MPI_Win_attach({:#x}, {})", addr, len))
+        self.attach
+            .lock()
+            .register(addr, len, &mut |st| self.attach_step(st))
     }
 
     fn deregister(&self, addr: usize, len: usize) -> Result<()> {
@@ -1301,9 +1367,9 @@ impl Conduit for MpiConduit {
             return Ok(());
         }
         let _s = self.serial();
-        // SAFETY: detaching a range we attached before.
-        let rc = unsafe { ffi::MPI_Win_detach(self.dyn_win.0, addr as *const c_void) };
-        check(rc, || format!("MPI_Win_detach({:#x}, {})", addr, len))
+        self.attach
+            .lock()
+            .deregister(addr, len, &mut |st| self.attach_step(st))
     }
 
     unsafe fn put(&self, rank: usize, raddr: usize, src: *const u8, len: usize) -> Result<()> {
