@@ -45,7 +45,7 @@ EXAMPLES := $(patsubst mpi-examples/%.c,$(BUILD)/examples/%,$(wildcard mpi-examp
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
 .PHONY: all deps lib header check-header fortran examples c-tests test test-rust loom tsan \
-        test-c test-c-mpich test-fortran test-pkgconfig test-dlopen test-mismatch stress stress-interop lint demo bench \
+        test-c test-c-mpich test-fortran test-pkgconfig test-dlopen test-mismatch test-settings stress stress-interop lint demo bench \
         install uninstall clean
 
 all: lib fortran
@@ -143,6 +143,14 @@ test-fortran: fortran lib
 test-pkgconfig: lib fortran
 	@scripts/test-pkgconfig.sh "$(MAKE)" "$(MPICC)" "$(MPIEXEC) $(MPIEXEC_FLAGS)"
 
+# Settings that differ between ranks: every setting, even and odd ranks set apart
+# (scripts/test-settings.sh).
+test-settings: lib
+	@mkdir -p $(BUILD)
+	$(MPICC) $(CFLAGS) -Iinclude -Ic-tests tests/settings/settings_agree.c -o $(BUILD)/settings_agree $(LINK)
+	@scripts/test-settings.sh $(BUILD)/settings_agree "$(MPIEXEC) $(MPIEXEC_FLAGS)" 4
+	@scripts/test-shm-full.sh $(BUILD)/settings_agree "$(MPIEXEC) $(MPIEXEC_FLAGS)"
+
 # A runtime that dlopen()s libfirehose.so and calls through dlsym.
 test-dlopen: lib
 	@mkdir -p $(BUILD)
@@ -169,7 +177,7 @@ INTEROP_LOOPS ?= 20
 stress-interop: c-tests
 	@MPIEXEC="$(MPIEXEC) $(MPIEXEC_FLAGS)" MPI=$(MPI) LOOPS=$(INTEROP_LOOPS) scripts/loop-interop.sh $(BUILD)/c-tests
 
-test: deps lint test-rust loom tsan check-header lib test-c test-c-mpich test-fortran test-pkgconfig test-dlopen test-mismatch stress
+test: deps lint test-rust loom tsan check-header lib test-c test-c-mpich test-fortran test-pkgconfig test-dlopen test-mismatch test-settings stress
 	$(MAKE) stress-interop INTEROP_LOOPS=3
 	$(MAKE) MPI=mpich stress-interop INTEROP_LOOPS=1
 	@echo "make test: all suites passed"

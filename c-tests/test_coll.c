@@ -539,12 +539,16 @@ static void other_lambdas(void) {
 /* ---------------- e2. one collective per context at a time ---------------- */
 /* Rank 0's helper thread sits in a broadcast from root 1, which rank 1 holds back;
  * meanwhile rank 0's main thread must get FH_ERR_STATE from another collective on
- * the same context (a zero-length allreduce: it communicates nothing, so it is a
- * harmless probe when it is let in). Rank 1 starts the broadcast only once rank 0
- * saw FH_ERR_STATE (a flag at rank 1 written with fh_atomic_set_u64). */
+ * the same context. Every collective communicates (a zero-length one too: ranks
+ * check each other's arguments), so the probe must not get in first: the main
+ * thread waits until the helper is about to enter, then 100 ms more. Rank 1 starts
+ * the broadcast only once rank 0 saw FH_ERR_STATE (a flag at rank 1 written with
+ * fh_atomic_set_u64). */
 static unsigned char busy_buf[100000];
+static volatile int busy_entering;
 static void *busy_bcast(void *arg) {
   (void)arg;
+  __atomic_store_n(&busy_entering, 1, __ATOMIC_SEQ_CST);
   CHECK_OK(fh_broadcast(ctx, 1, busy_buf, sizeof busy_buf));
   return NULL;
 }
@@ -565,16 +569,10 @@ static void concurrent_collective(int provided) {
   if (me == 0) {
     pthread_t th;
     CHECK(pthread_create(&th, NULL, busy_bcast, NULL) == 0, "pthread_create");
-    double t0 = MPI_Wtime();
-    long oks = 0;
-    for (;;) {
-      int rc = fh_allreduce(ctx, NULL, NULL, 0, FH_INT32, FH_SUM);
-      if (rc == FH_ERR_STATE) break;
-      CHECK_RC(rc, FH_OK); /* the helper is not inside yet */
-      oks++;
-      CHECK(MPI_Wtime() - t0 < 20, "no FH_ERR_STATE while another thread is in a broadcast");
-      sched_yield();
-    }
+    while (!__atomic_load_n(&busy_entering, __ATOMIC_SEQ_CST)) sched_yield();
+    struct timespec pause = {0, 100 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    CHECK_RC(fh_allreduce(ctx, NULL, NULL, 0, FH_INT32, FH_SUM), FH_ERR_STATE);
     CHECK_OK(fh_atomic_set_u64(ctx, 1, (uint64_t *)flags[1], 1));
     CHECK(pthread_join(th, NULL) == 0, "pthread_join");
   } else if (me == 1) {

@@ -68,7 +68,7 @@ static void setting(const char *out, const char *name, char *value, char *source
   const char *l = strstr(out, key);
   CHECK(l != NULL, "fh_config_print does not list %s:\n%s", name, out);
   char nm[64];
-  CHECK(sscanf(l, " %63s = %63s (%63[^)])", nm, value, source) == 3, "cannot parse the %s line", name);
+  CHECK(sscanf(l, " %63s = %63s (%63[^;)]", nm, value, source) == 3, "cannot parse the %s line", name);
 }
 
 static void expect_setting(const char *out, const char *name, const char *value, const char *source) {

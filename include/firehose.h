@@ -62,6 +62,17 @@
 #define MAX_REGS 64
 
 /**
+ * Tag flag: the last chunk of the sender's stream to this reader in this call.
+ */
+#define LAST (1 << 31)
+
+/**
+ * Tag flag: no data; the sender's call failed (its arguments were wrong or did not
+ * match another rank's). Always also `LAST`.
+ */
+#define ERR (1 << 30)
+
+/**
  * Handler indices the application may register (128..255); 0..127 are the library's.
  */
 #define FH_AM_INDEX_USER_MIN 128
@@ -200,6 +211,12 @@
  * `flags` for the split-phase barrier: this rank matches any id.
  */
 #define FH_BARRIER_ANONYMOUS 1
+
+/**
+ * Largest size any setting accepts (1 PiB): a larger value is a mistake, and
+ * arithmetic on it (rounding up to pages, adding headers) could overflow.
+ */
+#define MAX_SIZE (1 << 50)
 
 /**
  * First address above the user half of the address space (x86-64 and AArch64 with
@@ -1582,6 +1599,12 @@ void fh_config_init(struct fh_config_t *cfg);
  * initialised by the program (else FH_ERR_STATE); the library then never finalizes
  * MPI. `cfg` may be NULL (defaults + environment). Fails with FH_ERR_MPI if the
  * program runs a different MPI than the library was built for.
+ * Settings are checked together, before anything is created: if some rank's settings
+ * do not parse, or a setting that must be the same on every rank (fh_config_print
+ * marks them) differs, fh_init fails on every rank with FH_ERR_INVALID_ARG naming the
+ * setting and two ranks' values (or the rank and its error).
+ * Errors: FH_ERR_INVALID_ARG (also: an intercommunicator; merge it with
+ * MPI_Intercomm_merge), FH_ERR_STATE (MPI not initialised or finalized), FH_ERR_MPI.
  * Threads: collective over the communicator; call from one thread per rank. The new context may
  * then be used from several threads (see fh_init_world's thread level).
  */
@@ -1935,6 +1958,11 @@ unsigned int fh_version(void);
  * Check that a program compiled against header version `major.minor` with
  * `sizeof(fh_config_t) == config_size` can use this library. `fh_init` (the inline
  * wrapper) calls it for you. Returns FH_OK or FH_ERR_VERSION.
+ * The rule (semantic versioning): from 1.0 on, the major versions must be equal and
+ * the header's minor version at most the library's (minor versions only add). Before
+ * 1.0 every minor version may change the ABI, so major and minor must both be equal.
+ * `config_size` must be a real `sizeof(fh_config_t)`: at least `sizeof(size_t)` and
+ * at most this library's.
  * Threads: any thread, at any time, no context needed.
  */
 int fh_version_check(unsigned int major, unsigned int minor, size_t config_size);
@@ -1975,8 +2003,10 @@ int fh_lock_release(struct fh_lock_t *lock);
 
 /**
  * Collective: destroy the lock. FH_ERR_STATE if this rank holds it (the handle stays
- * valid then); at the home, FH_ERR_STATE also if some rank still held or wanted it
- * (the handle is destroyed anyway).
+ * valid then: release, then destroy). At the home, FH_ERR_STATE also if some rank
+ * held or wanted the lock when the home called it or when every rank had arrived
+ * (the lock is destroyed all the same: every later call on the handle, a holder's
+ * release included, is FH_ERR_STATE).
  * Threads: one thread per rank; not concurrently with other calls on this lock. Not from AM handlers.
  */
 int fh_lock_destroy(struct fh_lock_t *lock);
@@ -2025,6 +2055,18 @@ int fh_barrier_try(struct fh_ctx_t *ctx, int64_t id, int flags);
  * size; large messages are pipelined in chunks down seed 004's postal-model optimal
  * tree, FH_BCAST_LAMBDA). All ranks pass the same root and nbytes, and call the
  * collectives of a context in the same order.
+ * Mismatched arguments: every chunk carries the call's number and arguments. A rank
+ * that receives data (every rank but the root) checks them and returns
+ * FH_ERR_INVALID_ARG naming both argument sets, and so do the ranks below it in the
+ * tree; nobody hangs, and the next collective works. The root only sends: it
+ * returns FH_ERR_INVALID_ARG if another rank's chunks of this call are already in
+ * its inbox when it ends (two ranks that both took themselves for the root, with more
+ * than a few chunks), otherwise FH_OK, and the mismatch is reported on stderr and
+ * by fh_poll once its next collective meets the leftover chunks.
+ * Errors: FH_ERR_BAD_RANK (root out of range: this rank cannot take part; the others
+ * wait for it, and their next collective fails once it makes one),
+ * FH_ERR_INVALID_ARG (NULL buf with nbytes > 0: the other ranks get
+ * FH_ERR_INVALID_ARG too), FH_ERR_NO_RESOURCE (no sync area: FH_HEAP_SIZE too small).
  * Threads: one thread per context at a time (FH_ERR_STATE otherwise). Not from AM handlers.
  */
 int fh_broadcast(struct fh_ctx_t *ctx, int root, void *buf, size_t nbytes);
@@ -2034,6 +2076,11 @@ int fh_broadcast(struct fh_ctx_t *ctx, int root, void *buf, size_t nbytes);
  * at `root` (`dst` is not touched elsewhere and may be NULL there). Floating-point
  * results are combined in rank order ((r0 op r1) op (r2 op r3) ...), so they depend
  * only on the number of ranks, never on the root or on timing.
+ * Mismatched arguments (count, dt, op, root) and invalid ones on some ranks: the
+ * data of every rank travels to rank 0 and on to the root, and a rank that finds a
+ * mismatch sends an error on instead, so the root and every rank on the way return
+ * FH_ERR_INVALID_ARG; a rank whose data only leaves it may return FH_OK. Nobody
+ * hangs; the next collective works.
  * Threads: one thread per context at a time. Not from AM handlers.
  */
 int fh_reduce(struct fh_ctx_t *ctx,
@@ -2046,7 +2093,9 @@ int fh_reduce(struct fh_ctx_t *ctx,
 
 /**
  * Collective: as fh_reduce, with the result in `dst` on every rank (reduce to rank 0,
- * then broadcast), bit-identical on all ranks.
+ * then broadcast), bit-identical on all ranks. Mismatched arguments (count, dt, op)
+ * or invalid ones on any rank: every rank returns FH_ERR_INVALID_ARG (the finding
+ * reaches rank 0, then everyone), and the next collective works.
  * Threads: one thread per context at a time. Not from AM handlers.
  */
 int fh_allreduce(struct fh_ctx_t *ctx,
@@ -2058,7 +2107,9 @@ int fh_allreduce(struct fh_ctx_t *ctx,
 
 /**
  * Collective: every rank contributes `nbytes` from `src`; rank i's bytes land at
- * `dst + i * nbytes` on every rank (`dst` holds nbytes * size bytes).
+ * `dst + i * nbytes` on every rank (`dst` holds nbytes * size bytes). Different
+ * nbytes on some ranks, or invalid arguments on any: every rank returns
+ * FH_ERR_INVALID_ARG, and the next collective works.
  * Threads: one thread per context at a time. Not from AM handlers.
  */
 int fh_allgather(struct fh_ctx_t *ctx, const void *src, size_t nbytes, void *dst);

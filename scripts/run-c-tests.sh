@@ -115,6 +115,12 @@ extra test_churn 8 - FH_SHM=0
 extra test_churn 2 - FH_SHM=0 FH_CMA=0
 extra test_churn 8 - FH_SHM=0 FH_CMA=0
 
+# Hardening (issue 14): misuse, mismatched collectives and shutdown on the off-node
+# path too.
+extra test_misuse_np2 2 - FH_SHM=0
+extra test_coll_mismatch 4 - FH_SHM=0
+extra test_shutdown 4 - FH_SHM=0
+
 echo "c-tests ($MPI)"
 echo "c-tests: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -262,13 +262,10 @@ fn mcs_lock_excludes_and_grants_in_fifo_order() {
             while turn.load(Ordering::SeqCst) != r {
                 std::thread::yield_now();
             }
-            assert!(
-                ctx.lock_enqueue(l).unwrap(),
-                "node {} found the lock free",
-                r
-            );
+            let pred = ctx.lock_enqueue(l).unwrap();
+            assert!(pred.is_some(), "node {} found the lock free", r);
             turn.store(r + 1, Ordering::SeqCst);
-            ctx.lock_wait_granted(l).unwrap();
+            ctx.lock_wait_granted(l, pred.unwrap()).unwrap();
             order.lock().push(r);
             // lock_enqueue/lock_wait_granted bypass acquire's rank entry: release
             // needs it set, so go through try-less release via acquire semantics.
@@ -279,7 +276,7 @@ fn mcs_lock_excludes_and_grants_in_fifo_order() {
 
     // try: fails while held elsewhere, succeeds when free.
     ctx_try(&c, &locks);
-    on_all(&c, 60, |ctx| ctx.lock_destroy(&locks[ctx.rank]).unwrap());
+    on_all(&c, 60, |ctx| ctx.lock_destroy(&locks[ctx.rank]).1.unwrap());
 }
 
 fn ctx_try(c: &[Context], locks: &[firehose::api::sync::lock::Lock]) {

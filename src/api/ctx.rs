@@ -32,11 +32,65 @@ fn host_hash() -> u64 {
     let mut buf = [0u8; 256];
     // SAFETY: gethostname writes at most buf.len() bytes into buf.
     unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
-    buf.iter()
-        .take_while(|&&b| b != 0)
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    crate::runtime::config::fnv1a(&buf[..n])
+}
+
+/// `FH_VERBOSE`: name `FH_*` variables that are not settings (a typo such as
+/// `FH_FIREHOSE_MM` would otherwise be ignored without a word), once per process.
+fn report_unknown_env() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let names = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
+        for (name, near) in crate::runtime::config::unknown_env(names) {
+            match near {
+                Some(s) => eprintln!(
+                    "firehose: {} in the environment is not a firehose setting (did you mean {}?)",
+                    name, s
+                ),
+                None => eprintln!(
+                    "firehose: {} in the environment is not a firehose setting (fh_config_print lists them)",
+                    name
+                ),
+            }
+        }
+    });
+}
+
+/// Firehose's parameters as the whole job uses them (collective): each rank derives
+/// its own from its settings and machine (ranks sharing a host share its RAM), then
+/// all take the smallest unit and f ([`Params::agree`]).
+fn agree_params(c: &dyn Conduit, cfg: &Config, host: u64) -> Result<Params> {
+    let caps = c.caps();
+    let local_ranks = c
+        .allgather_u64(host)?
+        .iter()
+        .filter(|&&h| h == host)
+        .count();
+    let p = Params::derive(
+        cfg,
+        c.size(),
+        local_ranks,
+        caps.fh_mode,
+        caps.max_registrations,
+    );
+    // One word: log2(unit) in the top 6 bits, f (saturated) below.
+    const F_MASK: u64 = (1 << 58) - 1;
+    let word = (p.unit_bytes.trailing_zeros() as u64) << 58 | (p.f as u64).min(F_MASK);
+    let all: Vec<(usize, usize)> = c
+        .allgather_u64(word)?
+        .into_iter()
+        .map(|w| {
+            let f = w & F_MASK;
+            let f = if f == F_MASK {
+                p.f.max(F_MASK as usize)
+            } else {
+                f as usize
+            };
+            (1usize << (w >> 58), f)
         })
+        .collect();
+    Ok(p.agree(&all, cfg, local_ranks, caps.fh_mode, caps.max_registrations))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,8 +180,20 @@ fn max_frame(cfg: &Config) -> usize {
 impl Context {
     /// Create a context on an MPI communicator (collective). MPI must be usable:
     /// the caller ran `boot::open` (which this context closes at finalize).
-    pub fn new_mpi(comm: mpi::ffi::MPI_Comm, cfg: Config) -> Result<Context> {
+    /// `cfg` is this rank's resolution of its settings; every rank learns whether
+    /// some rank's failed or the job-wide ones differ (`conduit::mpi::agree`).
+    pub fn new_mpi(comm: mpi::ffi::MPI_Comm, cfg: Result<Config>) -> Result<Context> {
+        let cfg = match crate::conduit::mpi::agree::settings(comm, &cfg).and(cfg) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = boot::close();
+                return Err(e);
+            }
+        };
         let level = boot::query_thread();
+        if cfg.verbose {
+            report_unknown_env();
+        }
         let c = match MpiConduit::new(comm, &cfg, max_frame(&cfg)) {
             Ok(c) => Arc::new(c),
             Err(e) => {
@@ -165,15 +231,15 @@ impl Context {
         }
         // Ranks on this machine share its RAM (firehose's default M divides it).
         let host = host_hash();
-        let local_ranks = match c.allgather_u64(host) {
-            Ok(v) => v.iter().filter(|&&h| h == host).count(),
+        let params = match agree_params(&*c, &cfg, host) {
+            Ok(p) => p,
             Err(e) => {
                 let _ = c.finalize();
                 let _ = boot::close();
                 return Err(e);
             }
         };
-        let inner = CtxInner::build(c.clone(), Some(c), cfg, info, local_ranks);
+        let inner = CtxInner::build(c.clone(), Some(c), cfg, info, params);
         super::sync::register(&inner);
         super::progress::register(&inner);
         inner.info.lock().push(if super::progress::wanted_for(&inner) {
@@ -207,12 +273,20 @@ impl Context {
             );
         }
         let c = world.conduit(rank, max_frame(&cfg));
+        let caps = c.caps();
+        let params = Params::derive(
+            &cfg,
+            world.size(),
+            world.size(),
+            caps.fh_mode,
+            caps.max_registrations,
+        );
         let inner = CtxInner::build(
             c.clone(),
             None,
             cfg,
             vec![format!("conduit: sim ({} nodes)", world.size())],
-            world.size(),
+            params,
         );
         super::sync::register(&inner);
         let weak = Arc::downgrade(&inner);
@@ -285,6 +359,9 @@ impl Context {
         {
             bail!(State, "context is already finalized");
         }
+        // Peers waiting for a call of ours (a barrier, a collective, an rpipe message,
+        // a lock hand-over) stop waiting: we make no more.
+        inner.set_life(super::sync::area::Life::Finalizing);
         super::progress::unregister(inner);
         if let Some((stop, h)) = self.progress.lock().take() {
             stop.store(true, Ordering::Release);
@@ -299,8 +376,16 @@ impl Context {
             }
         };
         note(inner.rma.complete_everything(inner));
-        // Quiesce: keep serving AMs until every rank has arrived.
+        // Quiesce: keep serving AMs until every rank has arrived (said after
+        // FH_STALL_WARN; with FH_STALL_ABORT the context ends here without the
+        // collective teardown, whose MPI objects are then left to MPI_Finalize).
         note(inner.conduit.barrier_start());
+        let what = super::stall::Wait::new(
+            "fh_finalize",
+            None,
+            "the fh_finalize of every rank (a rank that is still working, or waits for              this one in a call that does not end)",
+        );
+        let mut watch = super::stall::Watch::new(inner, what);
         loop {
             let _ = inner.progress_once();
             match inner.conduit.barrier_test() {
@@ -310,6 +395,13 @@ impl Context {
                     note(Err(e));
                     break;
                 }
+            }
+            if let Err(e) = watch.round() {
+                inner.state.store(State::Finalized as u8, Ordering::Release);
+                if self.boot_opened {
+                    let _ = boot::close();
+                }
+                return Err(e);
             }
         }
         if inner.cfg.stats {
@@ -348,19 +440,12 @@ impl CtxInner {
         mpi: Option<Arc<MpiConduit>>,
         cfg: Config,
         info: Vec<String>,
-        local_ranks: usize,
+        params: Params,
     ) -> Arc<CtxInner> {
         let (rank, size) = (conduit.rank(), conduit.size());
         let (hb, hl) = conduit.heap();
         let caps = conduit.caps().clone();
         let concurrent = caps.thread_multiple;
-        let params = Params::derive(
-            &cfg,
-            size,
-            local_ranks,
-            caps.fh_mode,
-            caps.max_registrations,
-        );
         let mut info = info;
         info.push(params.describe());
         let remote_heaps: Vec<(usize, usize)> = (0..size).map(|r| conduit.remote_heap(r)).collect();
@@ -416,6 +501,11 @@ impl CtxInner {
             mpi,
             cfg,
         })
+    }
+
+    /// Identifies this context among the live ones (objects it hands out record it).
+    pub fn id(&self) -> usize {
+        self as *const CtxInner as usize
     }
 
     pub fn state(&self) -> State {

@@ -172,9 +172,26 @@ impl FhStats {
     }
 }
 
-/// A move in flight: `None` until answered, then the status and whether a carried
-/// put was written.
-type MoveSlot = Option<(i32, bool)>;
+/// A move in flight: `None` until answered, then the status, whether a carried put
+/// was written, and why the target refused it (an index into [`WHY`]).
+type MoveSlot = Option<(i32, bool, u8)>;
+
+/// Why a target refused memory, as its answer says (bits 32..40 of the status word;
+/// the texts are `os::Maps::why_not`'s).
+const WHY: [&str; 8] = [
+    "not mapped with the protection the access needs",
+    "not mapped",
+    "not user memory (a kernel address)",
+    "PROT_NONE (no access)",
+    "read-only",
+    "read-only in part",
+    "partly outside a mapping (it runs past the end of the memory there)",
+    "in use by the library",
+];
+
+fn why_code(why: Option<&str>) -> u64 {
+    WHY.iter().position(|w| Some(*w) == why).unwrap_or(0) as u64
+}
 
 /// References an operation or a pin holds until it completes or is released.
 #[derive(Default, Debug)]
@@ -194,6 +211,8 @@ impl OpPins {
 #[derive(Debug)]
 pub struct PinObj {
     pub magic: u64,
+    /// The context that made it ([`CtxInner::id`]): another context refuses it.
+    pub owner: usize,
     pub start: usize,
     pub len: usize,
     /// `None`: a local pin.
@@ -956,37 +975,42 @@ impl CtxInner {
         }
         w?;
         match ans {
-            Some((0, done)) => {
+            Some((0, done, _)) => {
                 if done {
                     self.count(&fh.stats.putinmove, 1);
                 }
                 Ok(done)
             }
-            Some((code, _)) => {
+            Some((code, _, why)) => {
                 let st = Status::from_code(code).unwrap_or(Status::Access);
                 if st == Status::Access {
                     self.count(&self.stats.access_refused, 1);
                 }
+                let dir = if write { "a put to" } else { "a get from" };
                 Err(Error::new(
                     st,
-                    format!(
-                        "rank {} refused to pin [{:#x}, +{}): {}",
-                        rank,
-                        addr,
-                        len,
-                        match st {
-                            Status::Access if write => "not writable memory of that process \
-                                 (unmapped, PROT_NONE, read-only, partly outside a mapping, \
-                                 or its library heap)"
-                                .to_string(),
-                            Status::Access => "not readable memory of that process (unmapped, \
-                                 PROT_NONE, partly outside a mapping, or its library heap)"
-                                .to_string(),
-                            Status::NoResource =>
-                                "its pinnable memory (M + MAXVICTIM) is used up".to_string(),
-                            s => s.describe().trim_end_matches('\0').to_string(),
-                        }
-                    ),
+                    match st {
+                        Status::Access => format!(
+                            "rank {} refused {} [{:#x}, +{}): the memory is {} there",
+                            rank,
+                            dir,
+                            addr,
+                            len,
+                            WHY.get(why as usize).unwrap_or(&WHY[0])
+                        ),
+                        Status::NoResource => format!(
+                            "rank {} could not pin [{:#x}, +{}) for {}: its pinnable memory \
+                             (M + MAXVICTIM, FH_FIREHOSE_M) is used up",
+                            rank, addr, len, dir
+                        ),
+                        s => format!(
+                            "rank {} refused to pin [{:#x}, +{}): {}",
+                            rank,
+                            addr,
+                            len,
+                            s.describe().trim_end_matches('\0')
+                        ),
+                    },
                 ))
             }
             None => bail!(Internal, "move to rank {} ended without an answer", rank),
@@ -1351,6 +1375,7 @@ impl CtxInner {
     fn prepinned_pin(&self, rank: Option<usize>, addr: usize, len: usize) -> Box<PinObj> {
         Box::new(PinObj {
             magic: PIN_MAGIC,
+            owner: self.id(),
             start: addr,
             len,
             rank,
@@ -1408,6 +1433,7 @@ impl CtxInner {
         };
         Ok(Box::new(PinObj {
             magic: PIN_MAGIC,
+            owner: self.id(),
             start: s,
             len: e - s,
             rank: None,
@@ -1457,6 +1483,7 @@ impl CtxInner {
                 }
                 Ok(Box::new(PinObj {
                     magic: PIN_MAGIC,
+                    owner: self.id(),
                     start: s,
                     len: e - s,
                     rank: Some(rank),
@@ -1516,6 +1543,7 @@ impl CtxInner {
         match self.fh_acquire_remote(rank, addr, len, Carry::None, true)? {
             Grant::Pins(pins) => Ok(Box::new(PinObj {
                 magic: PIN_MAGIC,
+                owner: self.id(),
                 start: addr,
                 len,
                 rank: Some(rank),
@@ -1613,7 +1641,7 @@ impl CtxInner {
         // requests we waited for are theirs to consume: their senders wait on them.
         pp.waits.clear();
         if let Some(id) = pp.own.take() {
-            if let Some(Some((code, _))) = fh.moves.lock().remove(&id) {
+            if let Some(Some((code, _, _))) = fh.moves.lock().remove(&id) {
                 if code != 0 {
                     let st = Status::from_code(code).unwrap_or(Status::Access);
                     return Err(Error::new(
@@ -1654,6 +1682,7 @@ impl CtxInner {
                 }
                 let pin = Box::new(PinObj {
                     magic: PIN_MAGIC,
+                    owner: self.id(),
                     start: pp.addr,
                     len: pp.len,
                     rank: Some(pp.rank),
@@ -1942,6 +1971,8 @@ fn process_move(
     };
     let fh = &ctx.fh;
     let mut status = Status::Ok;
+    // With Access: why (an index into WHY, sent with the answer).
+    let mut why = 0u64;
     let mut out: Vec<u64> = Vec::new();
     let total = nrel
         .checked_mul(8)
@@ -1992,6 +2023,7 @@ fn process_move(
                     }
                     if !maps.allows(pa, pb - pa, need) {
                         status = Status::Access;
+                        why = why_code(maps.why_not(pa, pb - pa, need));
                         break;
                     }
                     // Registered regions answer as prepinned; the rest gets units.
@@ -2012,6 +2044,15 @@ fn process_move(
                             }
                             Err(e) => {
                                 status = e.status;
+                                if status == Status::Access {
+                                    // Mapped as needed, yet refused: a unit pinned
+                                    // read-only, or memory the library uses.
+                                    why = match maps.why_not(cur, stop - cur, need) {
+                                        Some(w) => why_code(Some(w)),
+                                        None if write => why_code(Some("read-only")),
+                                        None => 7,
+                                    };
+                                }
                                 break;
                             }
                         }
@@ -2053,6 +2094,7 @@ fn process_move(
                     }
                 } else {
                     status = Status::Access;
+                    why = why_code(maps.why_not(paddr, plen, os::Need::ReadWrite));
                 }
             }
         }
@@ -2076,7 +2118,7 @@ fn process_move(
     reply(
         &[
             id,
-            status.code() as i64 as u64,
+            (status.code() as i64 as u64 & 0xffff_ffff) | why << 32,
             (out.len() / 3) as u64,
             putdone as u64,
             epoch,
@@ -2107,7 +2149,7 @@ pub(crate) fn handle_answer(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
         fh.peers[tok.src].lock().abort_move(id);
         fh.moves
             .lock()
-            .insert(id, Some((Status::Internal.code(), false)));
+            .insert(id, Some((Status::Internal.code(), false, 0)));
         return;
     };
     let mut units = Vec::new();
@@ -2156,7 +2198,7 @@ pub(crate) fn handle_answer(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     }
     // Only a move someone still waits for (an abandoned one left no slot).
     if let Some(slot) = fh.moves.lock().get_mut(&id) {
-        *slot = Some((code, done));
+        *slot = Some((code, done, (a[1] >> 32) as u8));
     }
 }
 

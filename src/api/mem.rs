@@ -57,6 +57,7 @@ impl CtxInner {
                 len
             )
         })?;
+        self.check_registration_room()?;
         let (hb, hl) = self.conduit.heap();
         if addr < hb + hl && end > hb {
             bail!(
@@ -127,6 +128,35 @@ impl CtxInner {
                 os::munlock(ps, pl);
             }
             return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Registrations are bounded: the registration table's slots, and on Open MPI the
+    /// dynamic window's attachments kept for them (the rest are firehose's). Refuse
+    /// before MPI would fail (a failed attach leaves Open MPI's window locked).
+    fn check_registration_room(&self) -> Result<()> {
+        let n = self.local_regs.len();
+        let table = self.regtab.layout.map(|_| super::regtab::MAX_REGS);
+        let conduit = self.conduit.caps().user_registrations;
+        let limit = match (table, conduit) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(limit) = limit.filter(|&l| n >= l) {
+            let fix = if conduit == Some(limit) {
+                "unregister a range, register larger ranges, or raise Open MPI's                  osc_rdma_max_attach (mpirun --mca osc_rdma_max_attach N: a quarter of it, up                  to 16, is kept for registrations)"
+            } else {
+                "unregister a range or register larger ranges"
+            };
+            bail!(
+                NoResource,
+                "rank {} has {} of {} registrations in use: {}",
+                self.rank,
+                n,
+                limit,
+                fix
+            );
         }
         Ok(())
     }

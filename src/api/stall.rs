@@ -9,7 +9,12 @@
 //! - after `FH_STALL_ABORT` seconds (if set) ends the wait with `FH_ERR_TRANSPORT`
 //!   and the same text;
 //! - at once, when the peer is a process on this node that no longer exists
-//!   (`FH_ERR_TRANSPORT`): a dead peer never answers.
+//!   (`FH_ERR_TRANSPORT`): a dead peer never answers;
+//! - for waits that need the peer to make a call ([`Wait::needs_call`]: a barrier, a
+//!   collective, a lock hand-over, an rpipe message), within 50 ms of the peer
+//!   calling `fh_finalize` or exiting without it (its life word, `sync::area::Life`):
+//!   `FH_ERR_STATE` naming it. Waits for what a finalizing rank still serves (moves,
+//!   AM handlers, acknowledgements) go on: it serves until every rank finalizes.
 
 use super::ctx::CtxInner;
 use crate::runtime::error::{Error, Result};
@@ -24,6 +29,9 @@ pub struct Wait {
     pub peer: Option<usize>,
     /// What has not arrived.
     pub missing: &'static str,
+    /// It arrives only if the peer makes a call (it does not come from the peer's
+    /// progress alone): a peer that finalized or exited ends the wait.
+    pub needs_call: bool,
 }
 
 impl Wait {
@@ -32,9 +40,23 @@ impl Wait {
             call,
             peer,
             missing,
+            needs_call: false,
+        }
+    }
+
+    /// As `new`, for what only a call of the peer provides.
+    pub const fn call(call: &'static str, peer: Option<usize>, missing: &'static str) -> Wait {
+        Wait {
+            call,
+            peer,
+            missing,
+            needs_call: true,
         }
     }
 }
+
+/// How often a wait that needs a peer's call looks at the peers' life words.
+const LIFE_EVERY: Duration = Duration::from_millis(50);
 
 /// Rounds of a wait loop between clock reads.
 const ROUNDS_PER_CHECK: u32 = 256;
@@ -46,6 +68,7 @@ pub struct Watch<'a> {
     t0: Instant,
     rounds: u32,
     warned: bool,
+    life_checked: Instant,
 }
 
 impl<'a> Watch<'a> {
@@ -56,6 +79,7 @@ impl<'a> Watch<'a> {
             t0: Instant::now(),
             rounds: 0,
             warned: false,
+            life_checked: Instant::now(),
         }
     }
 
@@ -77,6 +101,10 @@ impl<'a> Watch<'a> {
                 return Err(self.error("has exited"));
             }
         }
+        if self.what.needs_call && self.life_checked.elapsed() >= LIFE_EVERY {
+            self.life_checked = Instant::now();
+            self.check_life()?;
+        }
         let waited = self.t0.elapsed();
         if let Some(s) = cfg.stall_abort_s {
             if waited >= Duration::from_secs(s) {
@@ -89,6 +117,32 @@ impl<'a> Watch<'a> {
             if crate::runtime::config::debug_tables() {
                 eprintln!("{}", self.ctx.fh_debug_dump());
             }
+        }
+        Ok(())
+    }
+
+    /// The peer (or, for a wait on any peer, every peer) finalized or exited?
+    fn check_life(&self) -> Result<()> {
+        use crate::api::sync::area::Life;
+        let ctx = self.ctx;
+        let peers: Vec<usize> = match self.what.peer {
+            Some(p) => vec![p],
+            None => (0..ctx.size).filter(|&r| r != ctx.rank).collect(),
+        };
+        for p in peers {
+            let how = match ctx.peer_life(p) {
+                Life::Live => continue,
+                Life::Finalizing => "called fh_finalize",
+                Life::Exited => "exited without fh_finalize",
+            };
+            crate::bail!(
+                State,
+                "{}: rank {} {} while this rank waited for {}; it will not come",
+                self.what.call,
+                p,
+                how,
+                self.what.missing
+            );
         }
         Ok(())
     }

@@ -275,8 +275,11 @@ pub extern "C" fn fh_release(ctx: *mut fh_ctx_t, pin: *mut fh_pin_t) -> c_int {
         if p.magic != PIN_MAGIC {
             crate::bail!(InvalidArg, "pin is not a live fh_pin_t (released already?)");
         }
-        if p.rank.is_some_and(|r| r >= c.size) {
-            crate::bail!(InvalidArg, "pin does not belong to this context");
+        if p.owner != c.id() {
+            crate::bail!(
+                InvalidArg,
+                "the pin belongs to another context: release it with the context that made it"
+            );
         }
         p.magic = PIN_DEAD;
         // SAFETY: the pointer came from Box::into_raw in this module.

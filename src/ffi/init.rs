@@ -3,7 +3,7 @@
 use super::{ctx_finalize, ctx_ref, fh_ctx_t, OK};
 use crate::api::Context;
 use crate::conduit::mpi::{boot, comm_from_fint};
-use crate::runtime::config::{Config, Pin, Progress};
+use crate::runtime::config::{Config, Pin, Progress, ThreadLevel};
 use crate::runtime::error::{set_last_error, Result};
 use std::io::Write;
 use std::os::raw::{c_int, c_uint};
@@ -196,6 +196,12 @@ fn finish_init(ctx: Result<Context>, ctx_out: *mut *mut fh_ctx_t) -> Result<c_in
 /// initialised by the program (else FH_ERR_STATE); the library then never finalizes
 /// MPI. `cfg` may be NULL (defaults + environment). Fails with FH_ERR_MPI if the
 /// program runs a different MPI than the library was built for.
+/// Settings are checked together, before anything is created: if some rank's settings
+/// do not parse, or a setting that must be the same on every rank (fh_config_print
+/// marks them) differs, fh_init fails on every rank with FH_ERR_INVALID_ARG naming the
+/// setting and two ranks' values (or the rank and its error).
+/// Errors: FH_ERR_INVALID_ARG (also: an intercommunicator; merge it with
+/// MPI_Intercomm_merge), FH_ERR_STATE (MPI not initialised or finalized), FH_ERR_MPI.
 /// Threads: collective over the communicator; call from one thread per rank. The new context may
 /// then be used from several threads (see fh_init_world's thread level).
 #[no_mangle]
@@ -209,8 +215,8 @@ pub extern "C" fn fh_init_comm_f(
             crate::bail!(InvalidArg, "ctx_out is NULL");
         }
         // SAFETY: cfg is null or a caller-provided fh_config_t.
-        let o = unsafe { overrides(cfg)? };
-        let c = Config::from_env(&o)?;
+        let c = unsafe { overrides(cfg) }.and_then(|o| Config::from_env(&o));
+        super::install_hooks();
         boot::open(None)?;
         let comm = comm_from_fint(comm_f);
         finish_init(Context::new_mpi(comm, c), ctx_out)
@@ -229,9 +235,11 @@ pub extern "C" fn fh_init_world(cfg: *const fh_config_t, ctx_out: *mut *mut fh_c
             crate::bail!(InvalidArg, "ctx_out is NULL");
         }
         // SAFETY: cfg is null or a caller-provided fh_config_t.
-        let o = unsafe { overrides(cfg)? };
-        let c = Config::from_env(&o)?;
-        boot::open(Some(c.mpi_thread))?;
+        let c = unsafe { overrides(cfg) }.and_then(|o| Config::from_env(&o));
+        super::install_hooks();
+        boot::open(Some(
+            c.as_ref().map_or(ThreadLevel::Multiple, |c| c.mpi_thread),
+        ))?;
         let comm = comm_from_fint(crate::conduit::mpi::world_fint());
         finish_init(Context::new_mpi(comm, c), ctx_out)
     })

@@ -90,6 +90,12 @@ pub const OK: Result<c_int> = Ok(Status::Ok as c_int);
 
 const CTX_LIVE: u64 = 0x6669_7265_686f_7365; // "firehose"
 const CTX_DEAD: u64 = 0x6465_6164_6465_6164; // "deaddead"
+/// Finalized by `MPI_Finalize` (the program called it first): `fh_finalize` is then
+/// a no-op that succeeds, every other call `FH_ERR_STATE`.
+const CTX_MPI_DONE: u64 = 0x6d70_6964_6f6e_6521; // "mpidone!"
+
+/// Live handles, in creation order (addresses of `fh_ctx_t`s).
+static HANDLES: parking_lot::Mutex<Vec<usize>> = parking_lot::Mutex::new(Vec::new());
 
 /// Opaque context handle (`fh_ctx_t *`).
 ///
@@ -102,10 +108,55 @@ pub struct fh_ctx_t {
 
 impl fh_ctx_t {
     pub(crate) fn new(ctx: Context) -> *mut fh_ctx_t {
-        Box::into_raw(Box::new(fh_ctx_t {
+        let p = Box::into_raw(Box::new(fh_ctx_t {
             magic: AtomicU64::new(CTX_LIVE),
             ctx: UnsafeCell::new(Some(ctx)),
-        }))
+        }));
+        HANDLES.lock().push(p as usize);
+        p
+    }
+}
+
+/// Before any context exists: have `MPI_Finalize` finalize the contexts still live
+/// (newest first is not required: every rank finalizes them in creation order), and
+/// a process that exits without finalizing tell its peers.
+pub(crate) fn install_hooks() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        crate::conduit::mpi::boot::on_mpi_finalize(finalize_for_mpi);
+        extern "C" fn at_exit() {
+            crate::api::sync::mark_all_exited();
+        }
+        // SAFETY: registering a plain function that never unwinds.
+        unsafe { libc::atexit(at_exit) };
+    });
+}
+
+/// `MPI_Finalize` is under way with contexts still live: finalize them (collective:
+/// every rank is in `MPI_Finalize`, and runs this for the same contexts in the same
+/// order). Their handles stay valid memory; `fh_finalize` on them then succeeds.
+fn finalize_for_mpi() {
+    let _in = crate::api::progress::Inside::enter();
+    let list: Vec<usize> = std::mem::take(&mut *HANDLES.lock());
+    for p in list {
+        // SAFETY: the address came from fh_ctx_t::new and handles are never freed;
+        // MPI_Finalize is called when no other thread uses the library.
+        let h = unsafe { &*(p as *const fh_ctx_t) };
+        if h.magic.load(Ordering::Acquire) != CTX_LIVE {
+            continue;
+        }
+        // SAFETY: as above.
+        if let Some(c) = unsafe { (*h.ctx.get()).as_ref() } {
+            if let Err(e) = c.finalize() {
+                eprintln!(
+                    "firehose[{}]: finalizing a context inside MPI_Finalize: {}",
+                    c.rank, e
+                );
+            }
+        }
+        h.magic.store(CTX_MPI_DONE, Ordering::Release);
+        // SAFETY: as above; nobody else holds a reference into it now.
+        drop(unsafe { (*h.ctx.get()).take() });
     }
 }
 
@@ -125,6 +176,12 @@ pub(crate) unsafe fn ctx_ref<'a>(p: *const fh_ctx_t) -> Result<&'a Context> {
     match h.magic.load(Ordering::Acquire) {
         CTX_LIVE => {}
         CTX_DEAD => return Err(crate::err!(State, "ctx was finalized")),
+        CTX_MPI_DONE => {
+            return Err(crate::err!(
+                State,
+                "ctx was finalized by MPI_Finalize (call fh_finalize before MPI_Finalize)"
+            ))
+        }
         _ => {
             return Err(crate::err!(
                 InvalidArg,
@@ -145,6 +202,10 @@ pub(crate) unsafe fn ctx_ref<'a>(p: *const fh_ctx_t) -> Result<&'a Context> {
 /// # Safety
 /// As `ctx_ref`; no other thread may use the context concurrently.
 pub(crate) unsafe fn ctx_finalize(p: *mut fh_ctx_t) -> Result<()> {
+    // SAFETY: non-null handles come from fh_init* and are never freed.
+    if !p.is_null() && unsafe { &*p }.magic.load(Ordering::Acquire) == CTX_MPI_DONE {
+        return Ok(()); // MPI_Finalize did it
+    }
     // SAFETY: forwarded contract.
     let c = unsafe { ctx_ref(p)? };
     let r = c.finalize();
@@ -155,6 +216,7 @@ pub(crate) unsafe fn ctx_finalize(p: *mut fh_ctx_t) -> Result<()> {
     // SAFETY: p was validated above.
     let h = unsafe { &*p };
     h.magic.store(CTX_DEAD, Ordering::Release);
+    HANDLES.lock().retain(|&x| x != p as usize);
     // SAFETY: no concurrent users (caller contract); dropping the context here.
     drop(unsafe { (*h.ctx.get()).take() });
     r

@@ -79,15 +79,36 @@ pub extern "C" fn fh_version() -> c_uint {
 /// Check that a program compiled against header version `major.minor` with
 /// `sizeof(fh_config_t) == config_size` can use this library. `fh_init` (the inline
 /// wrapper) calls it for you. Returns FH_OK or FH_ERR_VERSION.
+/// The rule (semantic versioning): from 1.0 on, the major versions must be equal and
+/// the header's minor version at most the library's (minor versions only add). Before
+/// 1.0 every minor version may change the ABI, so major and minor must both be equal.
+/// `config_size` must be a real `sizeof(fh_config_t)`: at least `sizeof(size_t)` and
+/// at most this library's.
 /// Threads: any thread, at any time, no context needed.
 #[no_mangle]
 pub extern "C" fn fh_version_check(major: c_uint, minor: c_uint, config_size: usize) -> c_int {
     crate::ffi_boundary!(status {
-        if major != MAJOR || minor > MINOR {
+        // Semantic versioning: a program built against header M.m runs on library M.n
+        // for n >= m. Before 1.0 (major 0) every minor version may change the ABI,
+        // so the minor versions must be equal.
+        let compatible = major == MAJOR && if MAJOR == 0 { minor == MINOR } else { minor <= MINOR };
+        if !compatible {
             crate::bail!(
                 Version,
-                "program was compiled against firehose.h {}.{} but the library is {}.{}.{}",
-                major, minor, MAJOR, MINOR, PATCH
+                "program was compiled against firehose.h {}.{} but the library is {}.{}.{}: {}",
+                major, minor, MAJOR, MINOR, PATCH,
+                if MAJOR == 0 {
+                    "before 1.0 the major and minor versions must match; rebuild the program"
+                } else {
+                    "the major versions must match and the header's minor may not be newer"
+                }
+            );
+        }
+        if config_size < std::mem::size_of::<usize>() {
+            crate::bail!(
+                Version,
+                "sizeof(fh_config_t) is {} in the program: not a firehose.h fh_config_t",
+                config_size
             );
         }
         if config_size > std::mem::size_of::<super::init::fh_config_t>() {

@@ -152,16 +152,18 @@ pub extern "C" fn fh_lock_release(lock: *mut fh_lock_t) -> c_int {
 }
 
 /// Collective: destroy the lock. FH_ERR_STATE if this rank holds it (the handle stays
-/// valid then); at the home, FH_ERR_STATE also if some rank still held or wanted it
-/// (the handle is destroyed anyway).
+/// valid then: release, then destroy). At the home, FH_ERR_STATE also if some rank
+/// held or wanted the lock when the home called it or when every rank had arrived
+/// (the lock is destroyed all the same: every later call on the handle, a holder's
+/// release included, is FH_ERR_STATE).
 /// Threads: one thread per rank; not concurrently with other calls on this lock. Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_lock_destroy(lock: *mut fh_lock_t) -> c_int {
     crate::ffi_boundary!(status {
         // SAFETY: validated handle.
         let (c, l) = unsafe { lock_ref(lock)? };
-        let r = c.lock_destroy(l);
-        if !matches!(&r, Err(e) if e.msg.contains("this rank holds")) {
+        let (gone, r) = c.lock_destroy(l);
+        if gone {
             // SAFETY: validated above; the mark makes later uses FH_ERR_STATE.
             unsafe { (*lock).magic.store(LOCK_DEAD, Ordering::Release) };
         }
@@ -244,6 +246,18 @@ pub extern "C" fn fh_barrier_try(ctx: *mut fh_ctx_t, id: i64, flags: c_int) -> c
 /// size; large messages are pipelined in chunks down seed 004's postal-model optimal
 /// tree, FH_BCAST_LAMBDA). All ranks pass the same root and nbytes, and call the
 /// collectives of a context in the same order.
+/// Mismatched arguments: every chunk carries the call's number and arguments. A rank
+/// that receives data (every rank but the root) checks them and returns
+/// FH_ERR_INVALID_ARG naming both argument sets, and so do the ranks below it in the
+/// tree; nobody hangs, and the next collective works. The root only sends: it
+/// returns FH_ERR_INVALID_ARG if another rank's chunks of this call are already in
+/// its inbox when it ends (two ranks that both took themselves for the root, with more
+/// than a few chunks), otherwise FH_OK, and the mismatch is reported on stderr and
+/// by fh_poll once its next collective meets the leftover chunks.
+/// Errors: FH_ERR_BAD_RANK (root out of range: this rank cannot take part; the others
+/// wait for it, and their next collective fails once it makes one),
+/// FH_ERR_INVALID_ARG (NULL buf with nbytes > 0: the other ranks get
+/// FH_ERR_INVALID_ARG too), FH_ERR_NO_RESOURCE (no sync area: FH_HEAP_SIZE too small).
 /// Threads: one thread per context at a time (FH_ERR_STATE otherwise). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_broadcast(
@@ -264,6 +278,11 @@ pub extern "C" fn fh_broadcast(
 /// at `root` (`dst` is not touched elsewhere and may be NULL there). Floating-point
 /// results are combined in rank order ((r0 op r1) op (r2 op r3) ...), so they depend
 /// only on the number of ranks, never on the root or on timing.
+/// Mismatched arguments (count, dt, op, root) and invalid ones on some ranks: the
+/// data of every rank travels to rank 0 and on to the root, and a rank that finds a
+/// mismatch sends an error on instead, so the root and every rank on the way return
+/// FH_ERR_INVALID_ARG; a rank whose data only leaves it may return FH_OK. Nobody
+/// hangs; the next collective works.
 /// Threads: one thread per context at a time. Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_reduce(
@@ -284,7 +303,9 @@ pub extern "C" fn fh_reduce(
 }
 
 /// Collective: as fh_reduce, with the result in `dst` on every rank (reduce to rank 0,
-/// then broadcast), bit-identical on all ranks.
+/// then broadcast), bit-identical on all ranks. Mismatched arguments (count, dt, op)
+/// or invalid ones on any rank: every rank returns FH_ERR_INVALID_ARG (the finding
+/// reaches rank 0, then everyone), and the next collective works.
 /// Threads: one thread per context at a time. Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_allreduce(
@@ -304,7 +325,9 @@ pub extern "C" fn fh_allreduce(
 }
 
 /// Collective: every rank contributes `nbytes` from `src`; rank i's bytes land at
-/// `dst + i * nbytes` on every rank (`dst` holds nbytes * size bytes).
+/// `dst + i * nbytes` on every rank (`dst` holds nbytes * size bytes). Different
+/// nbytes on some ranks, or invalid arguments on any: every rank returns
+/// FH_ERR_INVALID_ARG, and the next collective works.
 /// Threads: one thread per context at a time. Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_allgather(

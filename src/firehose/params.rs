@@ -51,6 +51,19 @@ impl Params {
         default_mode: FhMode,
         reg_limit: Option<usize>,
     ) -> Params {
+        Params::derive_with(cfg, nodes, local_ranks, default_mode, reg_limit, None)
+    }
+
+    /// As [`Params::derive`], with the region size fixed to `unit` (a power of two,
+    /// at most what this rank derived): the size the whole job agreed on.
+    pub fn derive_with(
+        cfg: &Config,
+        nodes: usize,
+        local_ranks: usize,
+        default_mode: FhMode,
+        reg_limit: Option<usize>,
+        unit: Option<usize>,
+    ) -> Params {
         let mode = cfg.fh_mode.unwrap_or(default_mode);
         let page = os::page_size();
         let mut notes = Vec::new();
@@ -68,10 +81,10 @@ impl Params {
         let (unit_bytes, mut m_units, mut victim_units) = match mode {
             FhMode::Page => (page, m_bytes / page, maxvictim_bytes / page),
             FhMode::Region => {
-                let mut r = cfg.fh_maxregion.max(page);
+                let mut r = unit.unwrap_or(cfg.fh_maxregion).max(page);
                 // A transfer may straddle a region boundary: give every peer at least
                 // four regions (smaller ones) rather than one it would thrash on.
-                if cfg.fh_maxregions.is_none() {
+                if cfg.fh_maxregions.is_none() && unit.is_none() {
                     let want = 4 * peers;
                     let cap = reg_limit.unwrap_or(usize::MAX).saturating_sub(want / 6 + 1);
                     while r > page && m_bytes / r < want && m_bytes / r < cap {
@@ -130,6 +143,47 @@ impl Params {
             putinmove: cfg.fh_putinmove,
             notes,
         }
+    }
+
+    /// Agree with the other ranks, whose `(unit_bytes, f)` are `all`: the job uses
+    /// the smallest unit (re-deriving this rank's counts for it) and the smallest f,
+    /// so no target is asked for more firehoses than it can hold. Ranks derive
+    /// different values when `FH_FIREHOSE_M`, RAM or `RLIMIT_MEMLOCK` differ.
+    pub fn agree(
+        self,
+        all: &[(usize, usize)],
+        cfg: &Config,
+        local_ranks: usize,
+        default_mode: FhMode,
+        reg_limit: Option<usize>,
+    ) -> Params {
+        let unit = all.iter().map(|&(u, _)| u).min().unwrap_or(self.unit_bytes);
+        let f = all.iter().map(|&(_, f)| f).min().unwrap_or(self.f);
+        let mut p = if unit < self.unit_bytes {
+            let mut p = Params::derive_with(
+                cfg,
+                all.len(),
+                local_ranks,
+                default_mode,
+                reg_limit,
+                Some(unit),
+            );
+            p.notes.push(format!(
+                "units of {} B: the smallest any rank derived (this rank's settings gave {} B)",
+                unit, self.unit_bytes
+            ));
+            p
+        } else {
+            self
+        };
+        if f < p.f {
+            p.notes.push(format!(
+                "f {}: the smallest any rank can hold (this rank could hold {})",
+                f, p.f
+            ));
+            p.f = f;
+        }
+        p
     }
 
     /// Units a node may have pinned at once.

@@ -127,13 +127,35 @@ pub struct Config {
     pub stall_abort_s: Option<u64>,
     /// Kernel single-copy (process_vm_readv/writev) to node peers, where permitted.
     pub cma: bool,
+    /// Firehose table diagnostics on stderr (`FH_DEBUG_TABLES`).
+    pub debug_tables: bool,
     /// `sources[i]` is where `SETTINGS[i]` came from.
     pub sources: Vec<Source>,
+}
+
+/// Whether a setting must be the same on every rank of a context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// It changes a wire format, a memory layout or an algorithm all ranks run
+    /// together: `fh_init` checks that every rank resolved the same value.
+    Job,
+    /// Each rank may choose its own (the protocols tolerate the difference).
+    Rank,
+}
+
+impl Scope {
+    pub fn label(self) -> &'static str {
+        match self {
+            Scope::Job => "same on every rank",
+            Scope::Rank => "per rank",
+        }
+    }
 }
 
 /// One row of the settings table.
 pub struct Setting {
     pub name: &'static str,
+    pub scope: Scope,
     pub default: &'static str,
     pub help: &'static str,
     set: fn(&mut Config, &str) -> Result<()>,
@@ -148,6 +170,7 @@ pub const MAX_AM_LONG_LIMIT: usize = i32::MAX as usize;
 pub static SETTINGS: &[Setting] = &[
     Setting {
         name: "FH_PROGRESS",
+        scope: Scope::Rank,
         default: "poll",
         help: "poll: progress only inside library calls; thread: also a progress thread (needs MPI_THREAD_MULTIPLE)",
         set: |c, v| {
@@ -165,6 +188,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_PROGRESS_INTERVAL",
+        scope: Scope::Rank,
         default: "20",
         help: "microseconds the progress thread sleeps between polls",
         set: |c, v| {
@@ -175,6 +199,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_HEAP_SIZE",
+        scope: Scope::Job,
         default: "32M",
         help: "bytes of library heap per rank (fh_malloc, library objects); always registered",
         set: |c, v| {
@@ -188,6 +213,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_AM_MAX_MEDIUM",
+        scope: Scope::Job,
         default: "32K",
         help: "largest medium AM payload (each pre-posted receive buffer holds one)",
         set: |c, v| {
@@ -201,6 +227,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_AM_MAX_LONG",
+        scope: Scope::Job,
         default: "64M",
         help: "largest long AM payload",
         set: |c, v| {
@@ -214,6 +241,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_AM_CREDITS",
+        scope: Scope::Job,
         default: "auto",
         help: "AM requests a rank may have unhandled at each peer (flow control); auto: 4096/ranks, between 8 and 64",
         set: |c, v| {
@@ -230,6 +258,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_AM_RECV_BUFFERS",
+        scope: Scope::Rank,
         default: "32",
         help: "pre-posted AM receive buffers per context",
         set: |c, v| {
@@ -240,6 +269,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_PIN",
+        scope: Scope::Rank,
         default: "mlock",
         help: "mlock: registered memory is also locked in RAM; none: conduit registration only",
         set: |c, v| {
@@ -257,6 +287,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_MPI_THREAD",
+        scope: Scope::Rank,
         default: "multiple",
         help: "thread level fh_init_world requests: single, funneled, serialized or multiple",
         set: |c, v| {
@@ -281,6 +312,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_VERBOSE",
+        scope: Scope::Rank,
         default: "0",
         help: "1: print warnings (degraded modes, refused remote requests) to stderr",
         set: |c, v| {
@@ -291,6 +323,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_FIREHOSE_M",
+        scope: Scope::Rank,
         default: "auto",
         help: "bytes of this node's memory remote firehoses may pin (M); auto: 7/8 of min(RLIMIT_MEMLOCK, RAM/(2 x ranks on the node))",
         set: |c, v| {
@@ -301,6 +334,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_FIREHOSE_MAXVICTIM_M",
+        scope: Scope::Rank,
         default: "auto",
         help: "bytes of unreferenced pinned memory kept for reuse (MAXVICTIM); auto: M/7",
         set: |c, v| {
@@ -311,6 +345,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_FIREHOSE_MODE",
+        scope: Scope::Job,
         default: "auto",
         help: "page or region pinning; auto: the conduit decides (MPI: region, sim: page)",
         set: |c, v| {
@@ -330,6 +365,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_FIREHOSE_MAXREGION_SIZE",
+        scope: Scope::Job,
         default: "1M",
         help: "region mode: largest region (a power of two, at least a page)",
         set: |c, v| {
@@ -344,6 +380,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_FIREHOSE_MAXREGIONS",
+        scope: Scope::Rank,
         default: "auto",
         help: "region mode: regions remote firehoses may hold on this node (R); auto: M / MAXREGION_SIZE, within the conduit's limit",
         set: |c, v| {
@@ -354,6 +391,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_FIREHOSE_MAXVICTIM_R",
+        scope: Scope::Rank,
         default: "auto",
         help: "region mode: unreferenced regions kept pinned for reuse; auto: R/6 (at least 1)",
         set: |c, v| {
@@ -364,6 +402,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_FIREHOSE_PUTINMOVE_LIMIT",
+        scope: Scope::Job,
         default: "2K",
         help: "a put or get up to this size that misses travels inside the move request and its answer (0: never)",
         set: |c, v| {
@@ -377,6 +416,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_REGISTRATION",
+        scope: Scope::Job,
         default: "firehose",
         help: "firehose | rendezvous-unpin | rendezvous-keep | pin-everything (seed 000 Table 1 baselines)",
         set: |c, v| {
@@ -396,6 +436,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_STATS",
+        scope: Scope::Rank,
         default: "0",
         help: "1: print a per-rank firehose/RMA statistics summary at fh_finalize",
         set: |c, v| {
@@ -406,6 +447,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_SHM",
+        scope: Scope::Job,
         default: "1",
         help: "1: ranks on one node map each other's library heaps (MPI_Win_allocate_shared) and copy directly; 0: every access goes through MPI RMA",
         set: |c, v| {
@@ -416,6 +458,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_BARRIER",
+        scope: Scope::Job,
         default: "dissemination",
         help: "barrier algorithm: dissemination (pairwise exchange, any N), tree (gather-and-broadcast, fan-in 4) or mpi (MPI_Iallreduce)",
         set: |c, v| {
@@ -435,11 +478,12 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_BCAST_LAMBDA",
+        scope: Scope::Job,
         default: "auto",
         help: "postal-model latency (in send overheads, 1..64) the broadcast tree is built for; auto: measured at the first broadcast; 1 gives the binomial tree",
         set: |c, v| {
             c.bcast_lambda = match v.trim() {
-                "auto" | "" => None,
+                "auto" => None,
                 x => match x.parse::<u32>() {
                     Ok(l) if (1..=64).contains(&l) => Some(l),
                     _ => bail!(InvalidArg, "FH_BCAST_LAMBDA={}: expected auto or 1..64", x),
@@ -451,6 +495,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_MPI_PROGRESS",
+        scope: Scope::Job,
         default: "1",
         help: "1: a rank blocked in a blocking MPI call (MPI_Barrier, MPI_Wait, MPI_Recv, collectives, ...) keeps serving the library (PMPI interposition); 0: MPI calls go straight to MPI",
         set: |c, v| {
@@ -461,6 +506,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_STALL_WARN",
+        scope: Scope::Rank,
         default: "10",
         help: "seconds a blocking call waits for a peer before it prints one line naming the peer and what is missing (0: never)",
         set: |c, v| {
@@ -471,6 +517,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_STALL_ABORT",
+        scope: Scope::Rank,
         default: "",
         help: "seconds after which a blocking call that waits for a peer gives up with FH_ERR_TRANSPORT; empty: wait for ever",
         set: |c, v| {
@@ -484,6 +531,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "FH_CMA",
+        scope: Scope::Job,
         default: "1",
         help: "1: put/get to a node peer's memory outside the library heap use the kernel's single copy (process_vm_writev/readv) where the kernel permits it; 0: firehose and MPI RMA",
         set: |c, v| {
@@ -491,6 +539,17 @@ pub static SETTINGS: &[Setting] = &[
             Ok(())
         },
         show: |c| (c.cma as u8).to_string(),
+    },
+    Setting {
+        name: "FH_DEBUG_TABLES",
+        scope: Scope::Rank,
+        default: "0",
+        help: "1: print firehose table diagnostics to stderr when a request gives up or a peer exceeds its firehoses",
+        set: |c, v| {
+            c.debug_tables = parse_bool(v)?;
+            Ok(())
+        },
+        show: |c| (c.debug_tables as u8).to_string(),
     },
 ];
 
@@ -547,6 +606,7 @@ impl Config {
             stall_warn_s: 0,
             stall_abort_s: None,
             cma: true,
+            debug_tables: false,
             sources: vec![Source::Default; SETTINGS.len()],
         };
         for s in SETTINGS {
@@ -578,6 +638,10 @@ impl Config {
         for (i, s) in SETTINGS.iter().enumerate() {
             if let Some(v) = env(s.name) {
                 let v = v.trim().to_string();
+                if v.is_empty() {
+                    // One rule for every variable: set but empty means the default.
+                    continue;
+                }
                 (s.set)(&mut c, &v).map_err(|e| {
                     err!(
                         InvalidArg,
@@ -628,24 +692,78 @@ impl Config {
         (SETTINGS[i].show)(self)
     }
 
-    /// Every setting, its value and its source, one per line.
+    /// Every setting, its value, its source and its scope, one per line.
     pub fn render(&self) -> String {
         let mut out = String::new();
         for (i, s) in SETTINGS.iter().enumerate() {
             out.push_str(&format!(
-                "  {:<24} = {:<10} ({})  {}\n",
+                "  {:<27} = {:<10} ({}; {})  {}\n",
                 s.name,
                 self.show(i),
                 self.sources[i].label(),
+                s.scope.label(),
                 s.help
             ));
         }
         out
     }
+
+    /// `(setting index, hash of its value)` for every job-wide setting: what
+    /// `fh_init` compares across ranks.
+    pub fn agreement(&self) -> Vec<(usize, u64)> {
+        SETTINGS
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.scope == Scope::Job)
+            .map(|(i, _)| (i, fnv1a(self.show(i).as_bytes())))
+            .collect()
+    }
 }
 
+/// FNV-1a, 64 bits.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// Environment variables named `FH_*` that are not settings, each with the closest
+/// setting name when one is near (a typo), for the `FH_VERBOSE` report.
+pub fn unknown_env(vars: impl Iterator<Item = String>) -> Vec<(String, Option<&'static str>)> {
+    vars.filter(|n| n.starts_with("FH_") && setting_index(n).is_none())
+        .map(|n| {
+            let best = SETTINGS
+                .iter()
+                .map(|s| (edit_distance(&n, s.name), s.name))
+                .min()
+                .filter(|&(d, _)| d <= 3)
+                .map(|(_, name)| name);
+            (n, best)
+        })
+        .collect()
+}
+
+/// Levenshtein distance (settings names are short).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, &cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// Largest size any setting accepts (1 PiB): a larger value is a mistake, and
+/// arithmetic on it (rounding up to pages, adding headers) could overflow.
+pub const MAX_SIZE: usize = 1 << 50;
+
 /// Parse a byte size: a decimal integer with an optional K, M, G or T suffix (powers of
-/// 1024), optionally followed by `B` or `iB`; case-insensitive.
+/// 1024), optionally followed by `B` or `iB`; case-insensitive. At most [`MAX_SIZE`].
 pub fn parse_size(v: &str) -> Result<usize> {
     let s = v.trim();
     let lower = s.to_ascii_lowercase();
@@ -670,7 +788,10 @@ pub fn parse_size(v: &str) -> Result<usize> {
     let bytes = n
         .checked_mul(1u64 << shift)
         .ok_or_else(|| err!(InvalidArg, "size out of range"))?;
-    usize::try_from(bytes).map_err(|_| err!(InvalidArg, "size out of range"))
+    usize::try_from(bytes)
+        .ok()
+        .filter(|&b| b <= MAX_SIZE)
+        .ok_or_else(|| err!(InvalidArg, "size out of range (at most 1P)"))
 }
 
 fn parse_auto_size(v: &str) -> Result<Option<usize>> {
@@ -699,7 +820,7 @@ fn parse_count(v: &str, min: usize, max: usize) -> Result<usize> {
 fn parse_bool(v: &str) -> Result<bool> {
     match v.trim().to_ascii_lowercase().as_str() {
         "1" | "yes" | "true" | "on" => Ok(true),
-        "0" | "no" | "false" | "off" | "" => Ok(false),
+        "0" | "no" | "false" | "off" => Ok(false),
         _ => bail!(InvalidArg, "expected 0 or 1"),
     }
 }
@@ -715,10 +836,13 @@ pub fn show_size(n: usize) -> String {
 }
 
 /// `FH_DEBUG_TABLES=1`: print firehose table diagnostics to stderr when a request
-/// gives up or a peer exceeds its firehoses (read once).
+/// gives up or a peer exceeds its firehoses (read once; `fh_init` rejects a value
+/// that is not a boolean).
 pub fn debug_tables() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("FH_DEBUG_TABLES").is_some_and(|v| v != "0"))
+    *ON.get_or_init(|| {
+        std::env::var("FH_DEBUG_TABLES").is_ok_and(|v| parse_bool(&v).unwrap_or(false))
+    })
 }
 
 #[cfg(test)]
@@ -770,9 +894,78 @@ mod tests {
             c.sources[setting_index("FH_AM_CREDITS").unwrap()],
             Source::Env
         );
-        assert!(c
-            .render()
-            .contains("FH_AM_CREDITS            = 7          (environment)"));
+        assert!(c.render().contains(
+            "FH_AM_CREDITS               = 7          (environment; same on every rank)"
+        ));
+    }
+
+    #[test]
+    fn an_empty_variable_means_the_default_for_every_setting() {
+        let d = Config::defaults();
+        for (i, s) in SETTINGS.iter().enumerate() {
+            let c = Config::resolve(&[], |n| (n == s.name).then(String::new)).unwrap();
+            assert_eq!(c.show(i), d.show(i), "{}", s.name);
+            assert_eq!(c.sources[i], Source::Default, "{}", s.name);
+        }
+    }
+
+    #[test]
+    fn sizes_beyond_the_limit_are_refused_not_wrapped() {
+        for v in ["18446744073709551615", "2P", "1048577G"] {
+            let e = Config::resolve(&[], |n| (n == "FH_HEAP_SIZE").then(|| v.into())).unwrap_err();
+            assert!(e.msg.contains("FH_HEAP_SIZE"), "{}", e.msg);
+        }
+        let over = [("FH_HEAP_SIZE", usize::MAX.to_string())];
+        let e = Config::resolve(&over, |_| None).unwrap_err();
+        assert!(
+            e.msg.contains("FH_HEAP_SIZE") && e.msg.contains("fh_config_t"),
+            "{}",
+            e.msg
+        );
+    }
+
+    #[test]
+    fn unknown_variables_get_a_suggestion() {
+        let v = unknown_env(
+            [
+                "FH_FIREHOSE_MM",
+                "FH_SHM",
+                "FH_NOTHING_LIKE_IT_AT_ALL",
+                "PATH",
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        );
+        assert_eq!(
+            v,
+            vec![
+                ("FH_FIREHOSE_MM".to_string(), Some("FH_FIREHOSE_M")),
+                ("FH_NOTHING_LIKE_IT_AT_ALL".to_string(), None)
+            ]
+        );
+    }
+
+    #[test]
+    fn agreement_covers_job_settings_only() {
+        let d = Config::defaults();
+        let a = d.agreement();
+        assert!(a.iter().all(|&(i, _)| SETTINGS[i].scope == Scope::Job));
+        let heap = setting_index("FH_HEAP_SIZE").unwrap();
+        let c = Config::resolve(&[], |n| (n == "FH_HEAP_SIZE").then(|| "4M".into())).unwrap();
+        let h = |c: &Config| {
+            c.agreement()
+                .into_iter()
+                .find(|&(i, _)| i == heap)
+                .unwrap()
+                .1
+        };
+        assert_ne!(h(&d), h(&c));
+        let v = Config::resolve(&[], |n| (n == "FH_VERBOSE").then(|| "1".into())).unwrap();
+        assert_eq!(
+            d.agreement(),
+            v.agreement(),
+            "FH_VERBOSE may differ per rank"
+        );
     }
 
     #[test]

@@ -279,6 +279,39 @@ impl Maps {
         (end <= e).then_some((s, e))
     }
 
+    /// Why `[addr, addr+len)` is not mapped with `need` (for messages): "not mapped",
+    /// "PROT_NONE", "read-only" or "partly outside a mapping"; `None` if it is.
+    pub fn why_not(&self, addr: usize, len: usize, need: Need) -> Option<&'static str> {
+        if self.allows(addr, len, need) {
+            return None;
+        }
+        let Some(first) = self.area_at(addr) else {
+            return Some(if addr >= USER_TOP {
+                "not user memory (a kernel address)"
+            } else {
+                "not mapped"
+            });
+        };
+        if !first.r {
+            return Some("PROT_NONE (no access)");
+        }
+        if need == Need::ReadWrite && !first.w {
+            return Some("read-only");
+        }
+        if self.allows(addr, len, Need::Read) {
+            return Some("read-only in part");
+        }
+        Some("partly outside a mapping (it runs past the end of the memory there)")
+    }
+
+    /// Another process's mappings (`/proc/PID/maps`; needs the right to read it, which
+    /// the kernel's single copy to that process needs too). For messages only.
+    pub fn of_pid(pid: i32) -> Option<Maps> {
+        std::fs::read_to_string(format!("/proc/{}/maps", pid))
+            .ok()
+            .map(|t| Maps::parse(&t))
+    }
+
     /// Within `[lo, hi)`: the largest range containing `[addr, addr+len)` that is
     /// mapped readable and writable (`true`), else readable (`false`); `None` when
     /// `[addr, addr+len)` is not even readable throughout.

@@ -225,7 +225,7 @@ pub fn open_checked(ctx: &Arc<CtxInner>, peer: i64, spec: Result<Spec>) -> Resul
     }
     let mut theirs = None;
     let what =
-        crate::api::stall::Wait::new("rpipe_open", Some(peer), "the peer's matching rpipe_open");
+        crate::api::stall::Wait::call("rpipe_open", Some(peer), "the peer's matching rpipe_open");
     let waited = ctx.wait_for(what, || {
         theirs = ctx.rpipe.hellos.lock().remove(&(peer, k));
         Ok(theirs.is_some())
@@ -370,7 +370,7 @@ impl Pipe {
             None,
         )?;
         let key = (self.peer, self.id);
-        let what = crate::api::stall::Wait::new(
+        let what = crate::api::stall::Wait::call(
             "rpipe_close",
             Some(self.peer),
             "the peer's matching rpipe_close",

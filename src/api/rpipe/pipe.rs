@@ -348,7 +348,7 @@ impl Pipe {
         let mut counted = false;
         let mut watch = crate::api::stall::Watch::new(
             &self.ctx,
-            crate::api::stall::Wait::new(
+            crate::api::stall::Wait::call(
                 "rpipe_rmalloc",
                 Some(self.peer),
                 "free space: the reader has not read and freed enough messages",
@@ -592,7 +592,7 @@ impl Pipe {
         let mut polls = 0u32;
         let mut watch = crate::api::stall::Watch::new(
             &self.ctx,
-            crate::api::stall::Wait::new("rpipe_rread", Some(self.peer), "a message"),
+            crate::api::stall::Wait::call("rpipe_rread", Some(self.peer), "a message"),
         );
         loop {
             let peer_closed = self.peer_closed.load(Ordering::Acquire);

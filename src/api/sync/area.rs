@@ -16,6 +16,18 @@ pub const TREE_DEGREE: usize = 4;
 pub const SLOTS: usize = 4;
 const LINE: usize = 64;
 
+/// What a rank's life word says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u64)]
+pub enum Life {
+    Live = 0,
+    /// It called `fh_finalize` (or MPI_Finalize finalized it): it makes no more calls
+    /// a peer could be waiting for.
+    Finalizing = 1,
+    /// It exited without finalizing.
+    Exited = 2,
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct Area {
     pub n: usize,
@@ -27,9 +39,11 @@ pub struct Area {
     tree_arr: usize,
     tree_rel: usize,
     scratch: usize,
+    life: usize,
     credits: usize,
     inbox: usize,
     stage: usize,
+    desc_stage: usize,
 }
 
 impl Area {
@@ -41,10 +55,12 @@ impl Area {
         let tree_arr = diss + MAX_ROUNDS * 2 * 16;
         let tree_rel = tree_arr + TREE_DEGREE * 2 * 16;
         let scratch = tree_rel + LINE;
-        let credits = scratch + LINE;
+        let life = scratch + LINE;
+        let credits = life + LINE;
         let inbox = credits + n * LINE;
         let stage = inbox + n * SLOTS * (LINE + chunk);
-        let bytes = (stage + chunk + 4095) & !4095;
+        let desc_stage = stage + chunk;
+        let bytes = (desc_stage + LINE + 4095) & !4095;
         Area {
             n,
             chunk,
@@ -53,9 +69,11 @@ impl Area {
             tree_arr,
             tree_rel,
             scratch,
+            life,
             credits,
             inbox,
             stage,
+            desc_stage,
         }
     }
     /// Lock `i`'s line: `next` at +0, `locked` at +8, `tail` (home rank only) at +16.
@@ -81,12 +99,18 @@ impl Area {
     pub fn scratch(&self, base: usize) -> usize {
         base + self.scratch
     }
+    /// This rank's life word ([`Life`]), which only it writes and peers read while
+    /// they wait for it.
+    pub fn life(&self, base: usize) -> usize {
+        base + self.life
+    }
     /// In a writer's area: how many chunks `reader` has consumed from it.
     pub fn credit(&self, base: usize, reader: usize) -> usize {
         debug_assert!(reader < self.n);
         base + self.credits + reader * LINE
     }
-    /// In a reader's area: the header word of slot `s` of writer `src`.
+    /// In a reader's area: the header line of slot `s` of writer `src`: the tag word,
+    /// then the collective's description (`chan::Desc`).
     pub fn inbox_hdr(&self, base: usize, src: usize, s: usize) -> usize {
         debug_assert!(src < self.n && s < SLOTS);
         base + self.inbox + (src * SLOTS + s) * (LINE + self.chunk)
@@ -98,6 +122,10 @@ impl Area {
     /// This rank's staging buffer (sources that are not registered memory).
     pub fn stage(&self, base: usize) -> usize {
         base + self.stage
+    }
+    /// This rank's line where a chunk's description is written before it is put.
+    pub fn desc_stage(&self, base: usize) -> usize {
+        base + self.desc_stage
     }
 }
 
@@ -112,9 +140,11 @@ mod tests {
             assert!(a.diss(0, MAX_ROUNDS - 1, 1) + 16 <= a.tree_arr(0, 0, 0));
             assert!(a.tree_arr(0, TREE_DEGREE - 1, 1) + 16 <= a.tree_rel(0, 0));
             assert!(a.tree_rel(0, 1) + 16 <= a.scratch(0));
+            assert!(a.scratch(0) + LINE <= a.life(0) && a.life(0) + LINE <= a.credit(0, 0));
             assert!(a.credit(0, n - 1) + LINE <= a.inbox_hdr(0, 0, 0));
             assert!(a.inbox_data(0, n - 1, SLOTS - 1) + a.chunk <= a.stage(0));
-            assert!(a.stage(0) + a.chunk <= a.bytes);
+            assert!(a.stage(0) + a.chunk <= a.desc_stage(0));
+            assert!(a.desc_stage(0) + LINE <= a.bytes);
             assert_eq!(a.inbox_hdr(0, 1, 0) % 64, 0);
         }
     }

@@ -362,7 +362,7 @@ impl CtxInner {
     pub fn barrier_wait(&self, id: i64, flags: i32) -> Result<()> {
         crate::api::am::check_not_in_handler("fh_barrier_wait")?;
         let mut r = Ok(());
-        let what = crate::api::stall::Wait::new(
+        let what = crate::api::stall::Wait::call(
             "fh_barrier/fh_barrier_wait",
             None,
             "the barrier flag of a rank that has not notified",
@@ -385,7 +385,7 @@ impl CtxInner {
             self.check_live()?;
             self.conduit.barrier_start()?;
             let what =
-                crate::api::stall::Wait::new("fh_barrier", None, "the arrival of every rank");
+                crate::api::stall::Wait::call("fh_barrier", None, "the arrival of every rank");
             return self.wait_for(what, || self.conduit.barrier_test());
         }
         self.barrier_notify(0, ANONYMOUS)?;

@@ -16,10 +16,10 @@
 //! Collectives on one context are called by all ranks in the same order, from one
 //! thread at a time (a second concurrent caller gets FH_ERR_STATE).
 
-use super::chan::Chans;
+use super::chan::{Chans, Chunk, Desc, ERR, LAST};
 use crate::api::ctx::CtxInner;
 use crate::conduit::AtomicOp;
-use crate::runtime::error::Result;
+use crate::runtime::error::{Error, Result};
 use crate::{bail, err};
 use std::time::Instant;
 
@@ -69,16 +69,20 @@ pub fn postal_tree(n: usize, lambda: u32) -> Tree {
 /// Per-context collective state.
 pub struct CollState {
     pub chans: Chans,
-    lambda: Option<u32>,
+    /// Collective calls made on this context (the same count on every rank).
+    seq: u64,
     tree: Option<(u32, Tree)>,
+    /// The last call's rank lists, kept for their capacity (no allocation per call).
+    spare: [Vec<usize>; 3],
 }
 
 impl CollState {
     pub fn new(n: usize) -> CollState {
         CollState {
             chans: Chans::new(n),
-            lambda: None,
+            seq: 0,
             tree: None,
+            spare: Default::default(),
         }
     }
 }
@@ -184,46 +188,422 @@ fn span(r: usize, n: usize) -> usize {
     low.min(n - r)
 }
 
+/// Collective kinds, as chunks describe them.
+const K_BCAST: u8 = 1;
+const K_REDUCE: u8 = 2;
+const K_ALLREDUCE: u8 = 3;
+const K_ALLGATHER: u8 = 4;
+/// The broadcast of λ at a context's first collective.
+const K_LAMBDA: u8 = 5;
+
+/// A chunk met on the way, and its sender.
+type Met = Option<(usize, Chunk)>;
+
+/// Wait rounds between scans of every inbox for chunks of earlier calls.
+const STALE_SCAN_EVERY: u32 = 64;
+
+/// One collective call as this rank sees it: its description (what every chunk it
+/// sends carries), the first failure, and which streams of the call have ended.
+struct Call {
+    name: &'static str,
+    d: Desc,
+    /// First failure and the rank that found it.
+    err: Option<(Error, usize)>,
+    /// Ranks we sent the last chunk of our stream to (in this call).
+    ended: Vec<usize>,
+    /// Ranks whose stream to us we consumed to its last chunk.
+    closed: Vec<usize>,
+    /// Ranks that send to us in this call (the flows add theirs as they start).
+    expect: Vec<usize>,
+}
+
+impl Call {
+    fn fail(&mut self, e: Error, by: usize) {
+        if self.err.is_none() {
+            self.err = Some((e, by));
+        }
+    }
+    fn failed(&self) -> bool {
+        self.err.is_some()
+    }
+}
+
+fn dt_name(dt: u8) -> String {
+    [
+        "FH_INT32",
+        "FH_INT64",
+        "FH_UINT32",
+        "FH_UINT64",
+        "FH_FLOAT",
+        "FH_DOUBLE",
+    ]
+    .get(dt as usize)
+    .map_or(format!("datatype {}", dt), |s| s.to_string())
+}
+
+fn op_name(op: u8) -> String {
+    [
+        "FH_SUM", "FH_PROD", "FH_MIN", "FH_MAX", "FH_BAND", "FH_BOR", "FH_BXOR",
+    ]
+    .get(op as usize)
+    .map_or(format!("operation {}", op), |s| s.to_string())
+}
+
+/// A call as its arguments show it, for messages.
+fn describe(d: &Desc) -> String {
+    let count = |d: &Desc| match dtype_size(d.dt as i32) {
+        Ok(e) => format!("count {} of {}", d.nbytes / e as u64, dt_name(d.dt)),
+        Err(_) => format!("{} bytes of {}", d.nbytes, dt_name(d.dt)),
+    };
+    match d.kind {
+        K_BCAST => format!("fh_broadcast(root {}, {} bytes)", d.root, d.nbytes),
+        K_REDUCE => format!(
+            "fh_reduce(root {}, {}, {})",
+            d.root,
+            count(d),
+            op_name(d.op)
+        ),
+        K_ALLREDUCE => format!("fh_allreduce({}, {})", count(d), op_name(d.op)),
+        K_ALLGATHER => format!("fh_allgather({} bytes per rank)", d.nbytes),
+        K_LAMBDA => "the broadcast tree's set-up".into(),
+        k => format!("collective kind {}", k),
+    }
+}
+
 impl CtxInner {
-    fn coll_enter(&self, what: &str) -> Result<parking_lot::MutexGuard<'_, CollState>> {
+    /// Enter a collective: one at a time per context; every call (even one that
+    /// fails at once) takes the next call number, so ranks agree on numbers.
+    fn coll_enter(&self, what: &'static str) -> Result<parking_lot::MutexGuard<'_, CollState>> {
         self.check_live()?;
         crate::api::am::check_not_in_handler(what)?;
         self.area()?;
-        self.sync.coll.try_lock().ok_or_else(|| {
+        let mut st = self.sync.coll.try_lock().ok_or_else(|| {
             err!(
                 State,
                 "{}: another collective is running on this context in another thread",
                 what
             )
-        })
+        })?;
+        if self.size > 1 {
+            self.ensure_tree(&mut st)?;
+        }
+        st.seq += 1;
+        Ok(st)
     }
 
-    /// The broadcast tree, built once (λ from FH_BCAST_LAMBDA or measured by rank 0
-    /// and broadcast on the binomial tree, so every rank builds the same tree).
-    fn bcast_tree(&self, st: &mut CollState) -> Result<Tree> {
-        if let Some((_, t)) = &st.tree {
-            return Ok(t.clone());
+    fn call(
+        &self,
+        st: &mut CollState,
+        name: &'static str,
+        kind: u8,
+        root: usize,
+        nbytes: usize,
+        (dt, op): (i32, i32),
+    ) -> Call {
+        Call {
+            name,
+            d: Desc {
+                seq: st.seq,
+                kind,
+                dt: dt as u8,
+                op: op as u8,
+                root: root as u32,
+                nbytes: nbytes as u64,
+            },
+            err: None,
+            ended: std::mem::take(&mut st.spare[0]),
+            closed: std::mem::take(&mut st.spare[1]),
+            expect: std::mem::take(&mut st.spare[2]),
         }
-        let lambda = match self.cfg.bcast_lambda.or(st.lambda) {
+    }
+
+    /// Send one chunk of our stream to `dst` (the last one if `last`). Once the call
+    /// failed, the stream ends with an error chunk instead; nothing is sent on a
+    /// stream that ended.
+    fn c_send(
+        &self,
+        st: &mut CollState,
+        call: &mut Call,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+        last: bool,
+    ) -> Result<()> {
+        if call.ended.contains(&dst) {
+            return Ok(());
+        }
+        let (flags, len, by) = match &call.err {
+            Some((_, by)) => (LAST | ERR, 0, Some(*by)),
+            None => (if last { LAST } else { 0 }, len, None),
+        };
+        let mine = call.d;
+        let (mut seen, mut stale): (Met, Met) = (None, None);
+        self.chan_send(
+            &mut st.chans,
+            dst,
+            src,
+            len,
+            &call.d,
+            flags,
+            by,
+            &call.expect,
+            &mut |r, c| {
+                let keep = if c.desc.seq == mine.seq {
+                    &mut seen
+                } else {
+                    &mut stale
+                };
+                keep.get_or_insert((r, *c));
+            },
+        )?;
+        if let Some((r, c)) = stale {
+            self.note_stale(call, r, &c);
+        }
+        if let Some((r, c)) = seen {
+            call.fail(self.mismatch(call.name, r, &c, &mine), self.rank);
+        }
+        if flags & LAST != 0 {
+            call.ended.push(dst);
+        }
+        Ok(())
+    }
+
+    /// The next chunk of this call from `src`, not consumed. Chunks of earlier calls
+    /// are consumed and reported on the way. `None`: `src` is already in a later call
+    /// (the call fails; nothing more can come from it in this one).
+    fn c_recv(&self, st: &mut CollState, call: &mut Call, src: usize) -> Result<Option<Chunk>> {
+        let seq = call.d.seq;
+        let mut rounds = 0u32;
+        let mut stale: Vec<(usize, Chunk)> = Vec::new();
+        loop {
+            let c = self.chan_recv(&mut st.chans, src, &mut |ctx, ch| {
+                rounds += 1;
+                if rounds % STALE_SCAN_EVERY == 0 {
+                    ctx.drop_stale(ch, seq, &mut stale)?;
+                }
+                Ok(())
+            })?;
+            for (r, c) in stale.drain(..) {
+                self.note_stale(call, r, &c);
+            }
+            if c.desc.seq < seq {
+                self.note_stale(call, src, &c);
+                self.chan_done(&mut st.chans, src)?;
+                continue;
+            }
+            if c.desc.seq > seq {
+                call.fail(
+                    err!(
+                        InvalidArg,
+                        "{}: rank {} is already in a later collective ({}): the ranks did not \
+                         call the same collectives in the same order",
+                        call.name,
+                        src,
+                        describe(&c.desc)
+                    ),
+                    self.rank,
+                );
+                call.closed.push(src);
+                return Ok(None);
+            }
+            return Ok(Some(c));
+        }
+    }
+
+    /// Consume every chunk of earlier calls waiting in any inbox (their writers may be
+    /// waiting for the room).
+    fn drop_stale(&self, ch: &mut Chans, seq: u64, out: &mut Vec<(usize, Chunk)>) -> Result<()> {
+        for r in (0..self.size).filter(|&r| r != self.rank) {
+            while let Some(c) = self.chan_peek(ch, r)? {
+                if c.desc.seq >= seq {
+                    break;
+                }
+                out.push((r, c));
+                self.chan_done(ch, r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A chunk of an earlier call nobody took: that call's arguments did not match.
+    /// Reported once per call, on stderr and by the next `fh_poll`.
+    fn note_stale(&self, call: &mut Call, src: usize, c: &Chunk) {
+        if call.closed.contains(&usize::MAX) {
+            return;
+        }
+        call.closed.push(usize::MAX);
+        self.report_stale(src, c);
+    }
+
+    fn report_stale(&self, src: usize, c: &Chunk) {
+        let e = err!(
+            InvalidArg,
+            "an earlier collective did not match on every rank: rank {} sent this rank data of \
+             {} (collective number {}) that this rank did not expect in its own call of that \
+             number; that call returned without it",
+            src,
+            describe(&c.desc),
+            c.desc.seq
+        );
+        eprintln!("firehose[{}]: {}", self.rank, e.msg);
+        self.record_async_error(e);
+    }
+
+    fn mismatch(&self, name: &str, src: usize, c: &Chunk, mine: &Desc) -> Error {
+        let what = if c.desc.seq == mine.seq {
+            "the ranks passed different arguments"
+        } else {
+            "the ranks did not call the same collectives in the same order"
+        };
+        err!(
+            InvalidArg,
+            "{}: {}: rank {} called {} where this rank called {}",
+            name,
+            what,
+            src,
+            describe(&c.desc),
+            describe(mine)
+        )
+    }
+
+    /// Whether chunk `c` from `src` may be used: not an error chunk, described as
+    /// this call (checked on a stream's first chunk), and of the expected length.
+    /// Otherwise the call fails (the chunk stays for [`Self::end_recv`] to drain).
+    fn c_accept(&self, call: &mut Call, src: usize, c: &Chunk, first: bool, len: usize) -> bool {
+        if c.err {
+            let by = c.err_rank.unwrap_or(src);
+            call.fail(
+                err!(
+                    InvalidArg,
+                    "{}: rank {} found that the ranks' arguments did not match or were wrong \
+                     (its own call returned the details); this rank called {}",
+                    call.name,
+                    by,
+                    describe(&call.d)
+                ),
+                by,
+            );
+            return false;
+        }
+        if first && c.desc != call.d {
+            let e = self.mismatch(call.name, src, c, &call.d);
+            call.fail(e, self.rank);
+            return false;
+        }
+        if c.len != len {
+            let e = err!(
+                InvalidArg,
+                "{}: rank {} sent a chunk of {} bytes where {} were expected",
+                call.name,
+                src,
+                c.len,
+                len
+            );
+            call.fail(e, self.rank);
+            return false;
+        }
+        true
+    }
+
+    /// Consume chunk `c` from `src`.
+    fn c_done(&self, st: &mut CollState, call: &mut Call, src: usize, c: &Chunk) -> Result<()> {
+        self.chan_done(&mut st.chans, src)?;
+        if c.last {
+            call.closed.push(src);
+        }
+        Ok(())
+    }
+
+    /// End our stream to `dst` if the flow did not (it failed): an error chunk.
+    fn end_send(&self, st: &mut CollState, call: &mut Call, dst: usize) -> Result<()> {
+        if call.ended.contains(&dst) {
+            return Ok(());
+        }
+        debug_assert!(call.failed(), "a stream of a successful call ended early");
+        if !call.failed() {
+            call.fail(
+                err!(Internal, "{}: stream to rank {} not ended", call.name, dst),
+                self.rank,
+            );
+        }
+        self.c_send(st, call, dst, std::ptr::null(), 0, true)
+    }
+
+    /// The end of a call: chunks of this call from ranks that do not send to us in
+    /// it are a mismatch (another rank made a different call, e.g. took itself for
+    /// the root); consume them, so their writer is not left waiting for room.
+    fn finish(&self, st: &mut CollState, mut call: Call) -> Result<()> {
+        if self.size > 1 {
+            for r in 0..self.size {
+                if r == self.rank || call.expect.contains(&r) {
+                    continue;
+                }
+                while let Some(c) = self.chan_peek(&st.chans, r)? {
+                    if c.desc.seq > call.d.seq {
+                        break;
+                    }
+                    if c.desc.seq == call.d.seq {
+                        let e = self.mismatch(call.name, r, &c, &call.d);
+                        call.fail(e, self.rank);
+                    } else {
+                        self.note_stale(&mut call, r, &c);
+                    }
+                    self.chan_done(&mut st.chans, r)?;
+                }
+            }
+        }
+        for (k, mut v) in [call.ended, call.closed, call.expect]
+            .into_iter()
+            .enumerate()
+        {
+            v.clear();
+            st.spare[k] = v;
+        }
+        match call.err {
+            Some((e, _)) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Consume what is left of `src`'s stream to us in this call.
+    fn end_recv(&self, st: &mut CollState, call: &mut Call, src: usize) -> Result<()> {
+        while !call.closed.contains(&src) {
+            let Some(c) = self.c_recv(st, call, src)? else {
+                break;
+            };
+            self.c_done(st, call, src, &c)?;
+        }
+        Ok(())
+    }
+
+    /// The broadcast tree, built at a context's first collective (λ from
+    /// FH_BCAST_LAMBDA, or measured by rank 0 and broadcast on the binomial tree as a
+    /// call of its own, so every rank builds the same tree whatever its first
+    /// collective is).
+    fn ensure_tree(&self, st: &mut CollState) -> Result<()> {
+        if st.tree.is_some() {
+            return Ok(());
+        }
+        let lambda = match self.cfg.bcast_lambda {
             Some(l) => l,
             None => {
                 let mut v = [0u8; 8];
                 if self.rank == 0 {
                     v = (self.measure_lambda()? as u64).to_ne_bytes();
                 }
+                st.seq += 1;
+                let mut call = self.call(st, "fh_broadcast (tree set-up)", K_LAMBDA, 0, 8, (0, 0));
                 let bin = postal_tree(self.size, 1);
-                self.bcast_on(st, &bin, 0, v.as_mut_ptr(), 8)?;
-                let l = u64::from_ne_bytes(v).clamp(1, 64) as u32;
-                st.lambda = Some(l);
-                l
+                self.bcast_flow(st, &mut call, &bin, 0, v.as_mut_ptr(), 8)?;
+                self.finish(st, call)?;
+                u64::from_ne_bytes(v).clamp(1, 64) as u32
             }
         };
-        let t = postal_tree(self.size, lambda);
-        st.tree = Some((lambda, t.clone()));
+        st.tree = Some((lambda, postal_tree(self.size, lambda)));
         self.info
             .lock()
             .push(format!("broadcast tree: postal model, lambda {}", lambda));
-        Ok(t)
+        Ok(())
     }
 
     /// λ = (time for a one-word flag to land at rank 1) / (time between two sends).
@@ -247,10 +627,13 @@ impl CtxInner {
         Ok((l.round() as u32).clamp(1, 64))
     }
 
-    /// Broadcast on `tree` (relative ranks).
-    fn bcast_on(
+    /// Broadcast `nbytes` at `buf` from `root` on `tree` (relative ranks): the parent's
+    /// stream is forwarded to the children chunk by chunk, straight from the inbox.
+    /// A failed call sends error chunks down instead and drains the parent's stream.
+    fn bcast_flow(
         &self,
         st: &mut CollState,
+        call: &mut Call,
         tree: &Tree,
         root: usize,
         buf: *mut u8,
@@ -261,59 +644,83 @@ impl CtxInner {
         let rel = (self.rank + n - root) % n;
         let abs = |r: usize| (r + root) % n;
         let kids: Vec<usize> = tree.children[rel].iter().map(|&c| abs(c)).collect();
-        let mut off = 0;
-        while off < nbytes {
-            let len = chunk.min(nbytes - off);
-            // SAFETY: buf is valid for nbytes (caller).
-            let at = unsafe { buf.add(off) };
-            if rel == 0 {
-                for &c in &kids {
-                    self.chan_send(&mut st.chans, c, at, len)?;
-                }
-            } else {
-                let p = abs(tree.parent[rel]);
-                let (src, got) = self.chan_recv(&st.chans, p)?;
-                if got != len {
-                    let _ = self.chan_done(&mut st.chans, p);
-                    bail!(
-                        InvalidArg,
-                        "broadcast: rank {} sent {} bytes where {} were expected (the ranks \
-                         passed different sizes or roots)",
-                        p,
-                        got,
-                        len
-                    );
-                }
-                for &c in &kids {
-                    // Forward from the inbox slot: registered memory, no copy.
-                    self.chan_send(&mut st.chans, c, src, len)?;
-                }
-                // SAFETY: src is len bytes of our area, at is valid for len.
-                unsafe { std::ptr::copy_nonoverlapping(src, at, len) };
-                self.chan_done(&mut st.chans, p)?;
+        let parent = (rel != 0).then(|| abs(tree.parent[rel]));
+        call.expect.extend(parent);
+        let count = nbytes.div_ceil(chunk).max(1);
+        for j in 0..count {
+            if call.failed() {
+                break;
             }
-            off += len;
+            let off = j * chunk;
+            let len = chunk.min(nbytes - off);
+            let last = j + 1 == count;
+            // SAFETY: buf is valid for nbytes (caller); off <= nbytes.
+            let at = unsafe { buf.add(off) };
+            let Some(p) = parent else {
+                for &c in &kids {
+                    self.c_send(st, call, c, at, len, last)?;
+                }
+                continue;
+            };
+            let Some(got) = self.c_recv(st, call, p)? else {
+                break;
+            };
+            if !self.c_accept(call, p, &got, j == 0, len) {
+                break;
+            }
+            for &c in &kids {
+                // Forward from the inbox slot: registered memory, no copy.
+                self.c_send(st, call, c, got.data, len, last)?;
+            }
+            // SAFETY: got.data is len bytes of our area, at is valid for len.
+            unsafe { std::ptr::copy_nonoverlapping(got.data, at, len) };
+            self.c_done(st, call, p, &got)?;
+        }
+        for &c in &kids {
+            self.end_send(st, call, c)?;
+        }
+        if let Some(p) = parent {
+            self.end_recv(st, call, p)?;
         }
         Ok(())
     }
 
-    /// `fh_broadcast`.
-    pub fn broadcast(&self, root: i64, buf: usize, nbytes: usize) -> Result<()> {
-        let root = self.check_rank(root)?;
-        check_buf(buf, nbytes, "broadcast: buf")?;
-        let mut st = self.coll_enter("fh_broadcast")?;
-        if self.size == 1 || nbytes == 0 {
-            return Ok(());
-        }
-        let tree = self.bcast_tree(&mut st)?;
-        self.bcast_on(&mut st, &tree, root, buf as *mut u8, nbytes)
-    }
-
-    /// Reduce to rank 0, then (if `root != 0`) pass the result to `root`.
-    #[allow(clippy::too_many_arguments)]
-    fn reduce_in(
+    /// [`Self::bcast_flow`] on the context's tree (built at the first collective).
+    fn bcast_main(
         &self,
         st: &mut CollState,
+        call: &mut Call,
+        root: usize,
+        buf: *mut u8,
+        nbytes: usize,
+    ) -> Result<()> {
+        let (l, tree) = st.tree.take().expect("built at entry");
+        let r = self.bcast_flow(st, call, &tree, root, buf, nbytes);
+        st.tree = Some((l, tree));
+        r
+    }
+
+    /// `fh_broadcast`.
+    pub fn broadcast(&self, root: i64, buf: usize, nbytes: usize) -> Result<()> {
+        let mut st = self.coll_enter("fh_broadcast")?;
+        let root = self.check_rank(root)?;
+        let mut call = self.call(&mut st, "fh_broadcast", K_BCAST, root, nbytes, (0, 0));
+        if let Err(e) = check_buf(buf, nbytes, "broadcast: buf") {
+            call.fail(e, self.rank);
+        }
+        if self.size > 1 {
+            self.bcast_main(&mut st, &mut call, root, buf as *mut u8, nbytes)?;
+        }
+        self.finish(&mut st, call)
+    }
+
+    /// Reduce to rank 0 along the binomial tree in rank order, then (if `root != 0`)
+    /// pass the result to `root`, chunk by chunk.
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_flow(
+        &self,
+        st: &mut CollState,
+        call: &mut Call,
         root: usize,
         src: usize,
         dst: usize,
@@ -322,43 +729,74 @@ impl CtxInner {
         op: i32,
     ) -> Result<()> {
         let (me, n) = (self.rank, self.size);
-        let esz = dtype_size(dt)?;
+        let esz = dtype_size(dt).unwrap_or(1);
         let chunk = self.area()?.chunk / esz * esz;
         let (parent, kids) = binomial(me, n);
+        // Rank 0 passes the result to a root other than itself.
+        let up = parent.or((me == 0 && root != 0).then_some(root));
+        let from0 = me == root && root != 0;
+        call.expect.extend(&kids);
+        if from0 {
+            call.expect.push(0);
+        }
+        let count = nbytes.div_ceil(chunk).max(1);
         let mut acc = vec![0u8; chunk.min(nbytes)];
-        let mut off = 0;
-        while off < nbytes {
+        'chunks: for j in 0..count {
+            if call.failed() {
+                break;
+            }
+            let off = j * chunk;
             let len = chunk.min(nbytes - off);
+            let last = j + 1 == count;
             let acc = &mut acc[..len];
             // SAFETY: src is valid for nbytes (caller).
             acc.copy_from_slice(unsafe {
                 std::slice::from_raw_parts((src + off) as *const u8, len)
             });
             for &c in &kids {
-                let (p, got) = self.chan_recv(&st.chans, c)?;
-                if got != len {
-                    let _ = self.chan_done(&mut st.chans, c);
-                    bail!(InvalidArg, "reduce: rank {} sent {} bytes where {} were expected (different counts or datatypes)", c, got, len);
+                let Some(got) = self.c_recv(st, call, c)? else {
+                    break 'chunks;
+                };
+                if !self.c_accept(call, c, &got, j == 0, len) {
+                    break 'chunks;
                 }
-                // SAFETY: p is len bytes of our area.
-                combine(acc, unsafe { std::slice::from_raw_parts(p, len) }, dt, op);
-                self.chan_done(&mut st.chans, c)?;
+                // SAFETY: got.data is len bytes of our area.
+                combine(
+                    acc,
+                    unsafe { std::slice::from_raw_parts(got.data, len) },
+                    dt,
+                    op,
+                );
+                self.c_done(st, call, c, &got)?;
             }
-            match parent {
-                Some(p) => self.chan_send(&mut st.chans, p, acc.as_ptr(), len)?,
-                None if root == 0 => {
-                    // SAFETY: dst is valid for nbytes at the root (caller).
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(acc.as_ptr(), (dst + off) as *mut u8, len)
-                    }
-                }
-                None => self.chan_send(&mut st.chans, root, acc.as_ptr(), len)?,
-            }
-            if me == root && root != 0 {
+            match up {
+                Some(p) => self.c_send(st, call, p, acc.as_ptr(), len, last)?,
                 // SAFETY: dst is valid for nbytes at the root (caller).
-                self.chan_recv_into(&mut st.chans, 0, (dst + off) as *mut u8, len, "reduce")?;
+                None => unsafe {
+                    std::ptr::copy_nonoverlapping(acc.as_ptr(), (dst + off) as *mut u8, len)
+                },
             }
-            off += len;
+            if from0 {
+                let Some(got) = self.c_recv(st, call, 0)? else {
+                    break;
+                };
+                if !self.c_accept(call, 0, &got, j == 0, len) {
+                    break;
+                }
+                // SAFETY: got.data is len bytes of our area; dst is valid for nbytes
+                // at the root (caller).
+                unsafe { std::ptr::copy_nonoverlapping(got.data, (dst + off) as *mut u8, len) };
+                self.c_done(st, call, 0, &got)?;
+            }
+        }
+        if let Some(p) = up {
+            self.end_send(st, call, p)?;
+        }
+        for &c in &kids {
+            self.end_recv(st, call, c)?;
+        }
+        if from0 {
+            self.end_recv(st, call, 0)?;
         }
         Ok(())
     }
@@ -374,46 +812,84 @@ impl CtxInner {
         dt: i32,
         op: i32,
     ) -> Result<()> {
-        let root = self.check_rank(root)?;
-        let nbytes = reduce_bytes(count, dt, op)?;
-        check_buf(src, nbytes, "reduce: src")?;
-        if self.rank == root {
-            check_buf(dst, nbytes, "reduce: dst")?;
-        }
         let mut st = self.coll_enter("fh_reduce")?;
-        if nbytes == 0 {
-            return Ok(());
-        }
+        let root = self.check_rank(root)?;
+        let nbytes = reduce_bytes(count, dt, op);
+        let mut call = self.call(
+            &mut st,
+            "fh_reduce",
+            K_REDUCE,
+            root,
+            *nbytes.as_ref().unwrap_or(&0),
+            (dt, op),
+        );
+        let nbytes = match nbytes.and_then(|b| {
+            check_buf(src, b, "reduce: src")?;
+            if self.rank == root {
+                check_buf(dst, b, "reduce: dst")?;
+            }
+            Ok(b)
+        }) {
+            Ok(b) => b,
+            Err(e) => {
+                call.fail(e, self.rank);
+                0
+            }
+        };
         if self.size == 1 {
-            // SAFETY: both valid for nbytes (checked non-null; caller's contract).
-            unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, nbytes) };
-            return Ok(());
+            if !call.failed() && nbytes > 0 {
+                // SAFETY: both valid for nbytes (checked non-null; caller's contract).
+                unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, nbytes) };
+            }
+            return self.finish(&mut st, call);
         }
-        self.reduce_in(&mut st, root, src, dst, nbytes, dt, op)
+        self.reduce_flow(&mut st, &mut call, root, src, dst, nbytes, dt, op)?;
+        self.finish(&mut st, call)
     }
 
-    /// `fh_allreduce`.
+    /// `fh_allreduce`: reduce to 0, then broadcast from 0 (a failure anywhere reaches
+    /// rank 0 in the first phase and every rank in the second).
     pub fn allreduce(&self, src: usize, dst: usize, count: usize, dt: i32, op: i32) -> Result<()> {
-        let nbytes = reduce_bytes(count, dt, op)?;
-        check_buf(src, nbytes, "allreduce: src")?;
-        check_buf(dst, nbytes, "allreduce: dst")?;
         let mut st = self.coll_enter("fh_allreduce")?;
-        if nbytes == 0 {
-            return Ok(());
-        }
+        let nbytes = reduce_bytes(count, dt, op);
+        let mut call = self.call(
+            &mut st,
+            "fh_allreduce",
+            K_ALLREDUCE,
+            0,
+            *nbytes.as_ref().unwrap_or(&0),
+            (dt, op),
+        );
+        let nbytes = match nbytes.and_then(|b| {
+            check_buf(src, b, "allreduce: src")?;
+            check_buf(dst, b, "allreduce: dst")?;
+            Ok(b)
+        }) {
+            Ok(b) => b,
+            Err(e) => {
+                call.fail(e, self.rank);
+                0
+            }
+        };
         if self.size == 1 {
-            // SAFETY: both valid for nbytes (caller's contract).
-            unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, nbytes) };
-            return Ok(());
+            if !call.failed() && nbytes > 0 {
+                // SAFETY: both valid for nbytes (caller's contract).
+                unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, nbytes) };
+            }
+            return self.finish(&mut st, call);
         }
-        self.reduce_in(&mut st, 0, src, dst, nbytes, dt, op)?;
-        let tree = self.bcast_tree(&mut st)?;
-        self.bcast_on(&mut st, &tree, 0, dst as *mut u8, nbytes)
+        self.reduce_flow(&mut st, &mut call, 0, src, dst, nbytes, dt, op)?;
+        self.bcast_main(&mut st, &mut call, 0, dst as *mut u8, nbytes)?;
+        self.finish(&mut st, call)
     }
 
     /// `fh_allgather`: rank i's `nbytes` land at `dst + i * nbytes` on every rank.
+    /// Blocks travel up the binomial tree into `dst`, then `dst` is broadcast from 0.
     pub fn allgather(&self, src: usize, nbytes: usize, dst: usize) -> Result<()> {
+        let mut st = self.coll_enter("fh_allgather")?;
         let n = self.size;
+        let me = self.rank;
+        let mut call = self.call(&mut st, "fh_allgather", K_ALLGATHER, 0, nbytes, (0, 0));
         let total = nbytes
             .checked_mul(n)
             .filter(|&t| t <= MAX_BYTES)
@@ -424,40 +900,75 @@ impl CtxInner {
                     nbytes,
                     n
                 )
-            })?;
-        check_buf(src, nbytes, "allgather: src")?;
-        check_buf(dst, total, "allgather: dst")?;
-        let mut st = self.coll_enter("fh_allgather")?;
-        if nbytes == 0 {
-            return Ok(());
+            })
+            .and_then(|t| {
+                check_buf(src, nbytes, "allgather: src")?;
+                check_buf(dst, t, "allgather: dst")?;
+                Ok(t)
+            });
+        let (nbytes, total) = match total {
+            Ok(t) => (nbytes, t),
+            Err(e) => {
+                call.fail(e, me);
+                (0, 0)
+            }
+        };
+        if !call.failed() && nbytes > 0 {
+            // SAFETY: src valid for nbytes, dst for total (caller); they may overlap
+            // only if the caller passed src == dst + me*nbytes, which copy handles.
+            unsafe { std::ptr::copy(src as *const u8, (dst + me * nbytes) as *mut u8, nbytes) };
         }
-        let me = self.rank;
-        // SAFETY: src valid for nbytes, dst for total (caller); they may overlap only
-        // if the caller passed src == dst + me*nbytes, which copy handles.
-        unsafe { std::ptr::copy(src as *const u8, (dst + me * nbytes) as *mut u8, nbytes) };
         if n == 1 {
-            return Ok(());
+            return self.finish(&mut st, call);
         }
         let chunk = self.area()?.chunk;
         let (parent, kids) = binomial(me, n);
-        for &c in &kids {
-            let (mut off, end) = (c * nbytes, (c + span(c, n)) * nbytes);
-            while off < end {
+        call.expect.extend(&kids);
+        'kids: for &c in &kids {
+            let (start, end) = (c * nbytes, (c + span(c, n)) * nbytes);
+            let count = (end - start).div_ceil(chunk).max(1);
+            for j in 0..count {
+                if call.failed() {
+                    break 'kids;
+                }
+                let off = start + j * chunk;
                 let len = chunk.min(end - off);
-                self.chan_recv_into(&mut st.chans, c, (dst + off) as *mut u8, len, "allgather")?;
-                off += len;
+                let Some(got) = self.c_recv(&mut st, &mut call, c)? else {
+                    break 'kids;
+                };
+                if !self.c_accept(&mut call, c, &got, j == 0, len) {
+                    break 'kids;
+                }
+                // SAFETY: got.data is len bytes of our area; dst is valid for total.
+                unsafe { std::ptr::copy_nonoverlapping(got.data, (dst + off) as *mut u8, len) };
+                self.c_done(&mut st, &mut call, c, &got)?;
             }
         }
         if let Some(p) = parent {
-            let (mut off, end) = (me * nbytes, (me + span(me, n)) * nbytes);
-            while off < end {
+            let (start, end) = (me * nbytes, (me + span(me, n)) * nbytes);
+            let count = (end - start).div_ceil(chunk).max(1);
+            for j in 0..count {
+                if call.failed() {
+                    break;
+                }
+                let off = start + j * chunk;
                 let len = chunk.min(end - off);
-                self.chan_send(&mut st.chans, p, (dst + off) as *const u8, len)?;
-                off += len;
+                self.c_send(
+                    &mut st,
+                    &mut call,
+                    p,
+                    (dst + off) as *const u8,
+                    len,
+                    j + 1 == count,
+                )?;
             }
+            self.end_send(&mut st, &mut call, p)?;
         }
-        let tree = self.bcast_tree(&mut st)?;
-        self.bcast_on(&mut st, &tree, 0, dst as *mut u8, total)
+        for &c in &kids {
+            self.end_recv(&mut st, &mut call, c)?;
+        }
+        self.bcast_main(&mut st, &mut call, 0, dst as *mut u8, total)?;
+        self.finish(&mut st, call)
     }
 }
 

@@ -146,12 +146,9 @@ impl CtxInner {
         self.check_live()?;
         crate::api::am::check_not_in_handler("fh_lock_acquire")?;
         self.lock_local(l, true)?;
-        let r = self.lock_enqueue(l).and_then(|queued| {
-            if queued {
-                self.lock_wait_granted(l)
-            } else {
-                Ok(())
-            }
+        let r = self.lock_enqueue(l).and_then(|pred| match pred {
+            Some(p) => self.lock_wait_granted(l, p),
+            None => Ok(()),
         });
         if r.is_err() {
             l.local.store(Local::Free as u8, Ordering::Release);
@@ -166,9 +163,9 @@ impl CtxInner {
         self.lock_release(l)
     }
 
-    /// The first half of acquire: join the queue. `Ok(false)`: the lock was free and
-    /// is now ours; `Ok(true)`: we are queued behind a predecessor (linked already).
-    pub fn lock_enqueue(&self, l: &Lock) -> Result<bool> {
+    /// The first half of acquire: join the queue. `Ok(None)`: the lock was free and
+    /// is now ours; `Ok(Some(p))`: we are queued behind rank `p` (linked already).
+    pub fn lock_enqueue(&self, l: &Lock) -> Result<Option<usize>> {
         let me = self.rank;
         let next = self.lock_word(me, l.id, NEXT)?;
         let locked = self.lock_word(me, l.id, LOCKED)?;
@@ -177,7 +174,7 @@ impl CtxInner {
         let tail = self.lock_word(l.home, l.id, TAIL)?;
         let pred = self.word(l.home, tail, AtomicOp::Swap(me as u64 + 1))?;
         if pred == 0 {
-            return Ok(false);
+            return Ok(None);
         }
         let pred = self.check_waiter(pred, "tail")?;
         self.word(
@@ -185,15 +182,15 @@ impl CtxInner {
             self.lock_word(pred, l.id, NEXT)?,
             AtomicOp::Set(me as u64 + 1),
         )?;
-        Ok(true)
+        Ok(Some(pred))
     }
 
-    /// The second half: poll our own `locked` word until the predecessor clears it.
-    pub fn lock_wait_granted(&self, l: &Lock) -> Result<()> {
+    /// The second half: poll our own `locked` word until predecessor `pred` clears it.
+    pub fn lock_wait_granted(&self, l: &Lock, pred: usize) -> Result<()> {
         let locked = self.lock_word(self.rank, l.id, LOCKED)?;
-        let what = crate::api::stall::Wait::new(
-            "fh_lock",
-            None,
+        let what = crate::api::stall::Wait::call(
+            "fh_lock_acquire",
+            Some(pred),
             "the lock, handed over by the rank ahead in the queue",
         );
         self.sync_wait(what, || {
@@ -276,33 +273,62 @@ impl CtxInner {
         Ok(())
     }
 
-    /// `fh_lock_destroy` (collective). Refused while this rank holds or waits for it.
-    pub fn lock_destroy(&self, l: &Lock) -> Result<()> {
-        self.check_live()?;
-        crate::api::am::check_not_in_handler("fh_lock_destroy")?;
-        if l.local.load(Ordering::Acquire) != Local::Free as u8 {
-            bail!(
-                State,
-                "fh_lock_destroy: this rank holds the lock (release it first)"
-            );
-        }
-        self.barrier_named(
+    /// `fh_lock_destroy` (collective). Returns whether the lock is gone (the handle
+    /// is then dead whatever the result) and the result:
+    /// - refused, lock kept, while this rank holds it or waits for it (it must release
+    ///   first; its destroy would otherwise wait for ranks that wait for its release);
+    /// - at the home, `FH_ERR_STATE` when some rank held or wanted the lock at the
+    ///   home's call or after every rank arrived: destroyed all the same.
+    pub fn lock_destroy(&self, l: &Lock) -> (bool, Result<()>) {
+        let pre = (|| {
+            self.check_live()?;
+            crate::api::am::check_not_in_handler("fh_lock_destroy")?;
+            if l.local.load(Ordering::Acquire) != Local::Free as u8 {
+                bail!(
+                    State,
+                    "fh_lock_destroy: this rank holds the lock (release it first; the lock stays)"
+                );
+            }
+            let tail = self.lock_word(l.home, l.id, TAIL)?;
+            // The home's view at its call: a destroy while someone holds the lock is
+            // the program's mistake even if the holder releases in time.
+            Ok((self.rank == l.home)
+                .then(|| self.word(l.home, tail, AtomicOp::Fetch))
+                .transpose()?
+                .unwrap_or(0))
+        })();
+        let held_at_call = match pre {
+            Ok(t) => t,
+            Err(e) => return (false, Err(e)),
+        };
+        if let Err(e) = self.barrier_named(
             (0x4c44_0000_0000_0000u64 | (l.home as u64) << 16 | l.id as u64) as i64,
             "fh_lock_destroy: which lock",
-        )?;
-        self.sync.locks.lock().used[l.id] = false;
-        if self.rank == l.home {
-            let tail = self.lock_word(l.home, l.id, TAIL)?;
-            let t = self.word(l.home, tail, AtomicOp::Fetch)?;
-            if t != 0 {
-                return Err(err!(
-                    State,
-                    "fh_lock_destroy: rank {} still held or wanted the lock when it was destroyed",
-                    t - 1
-                ));
-            }
+        ) {
+            return (false, Err(e));
         }
-        Ok(())
+        self.sync.locks.lock().used[l.id] = false;
+        if self.rank != l.home {
+            return (true, Ok(()));
+        }
+        let after = self
+            .lock_word(l.home, l.id, TAIL)
+            .and_then(|t| self.word(l.home, t, AtomicOp::Fetch));
+        let t = match after {
+            Ok(t) => t.max(held_at_call),
+            Err(e) => return (true, Err(e)),
+        };
+        if t != 0 {
+            return (
+                true,
+                Err(err!(
+                    State,
+                    "fh_lock_destroy: rank {} held or wanted the lock when its home destroyed it                      (destroyed all the same; release before destroying)",
+                    t - 1
+                )),
+            );
+        }
+        (true, Ok(()))
     }
 
     /// A waiter id read from a lock word must name a rank.

@@ -70,6 +70,17 @@ pub fn register(ctx: &std::sync::Arc<CtxInner>) {
     g.push(std::sync::Arc::downgrade(ctx));
 }
 
+/// The process is exiting without `fh_finalize`: say so in every live context's life
+/// word, so peers waiting for one of its calls stop waiting.
+pub fn mark_all_exited() {
+    let live: Vec<_> = LIVE.lock().iter().filter_map(|w| w.upgrade()).collect();
+    for c in live {
+        if c.state() == crate::api::ctx::State::Live {
+            c.set_life(area::Life::Exited);
+        }
+    }
+}
+
 /// Advance the pending split-phase barrier of every live context.
 pub fn progress_all() {
     let live: Vec<_> = LIVE.lock().iter().filter_map(|w| w.upgrade()).collect();
@@ -92,6 +103,35 @@ impl CtxInner {
                 MIN_SPARE
             )
         })
+    }
+
+    /// Publish this rank's [`area::Life`] (a store to our own area, which peers read;
+    /// no MPI call, so it is safe at exit).
+    pub(crate) fn set_life(&self, l: area::Life) {
+        if let Ok(a) = self.area() {
+            let w = a.life(self.area_base(self.rank));
+            // SAFETY: our own heap, mapped for the context's life, 8-byte aligned;
+            // only this rank writes its life word.
+            unsafe { std::sync::atomic::AtomicU64::from_ptr(w as *mut u64) }
+                .store(l as u64, Ordering::Release);
+        }
+    }
+
+    /// What `rank`'s life word says (`Live` when there is no sync area or the read
+    /// fails).
+    pub(crate) fn peer_life(&self, rank: usize) -> area::Life {
+        let Ok(a) = self.area() else {
+            return area::Life::Live;
+        };
+        match self.word(
+            rank,
+            a.life(self.area_base(rank)),
+            crate::conduit::AtomicOp::Fetch,
+        ) {
+            Ok(1) => area::Life::Finalizing,
+            Ok(2) => area::Life::Exited,
+            _ => area::Life::Live,
+        }
     }
 
     /// Base of `rank`'s sync area (the start of its heap).

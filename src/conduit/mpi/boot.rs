@@ -27,6 +27,12 @@ pub const BUILT_FOR: &str = if std::mem::size_of::<ffi::MPI_Comm>() == std::mem:
 static OWNED: AtomicBool = AtomicBool::new(false);
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static BOOT: Mutex<()> = Mutex::new(());
+/// Run at the start of `MPI_Finalize` (see [`on_mpi_finalize`]).
+static FINALIZE_HOOK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+/// The hook is registered with this MPI (an attribute on `MPI_COMM_SELF`).
+static HOOKED: AtomicBool = AtomicBool::new(false);
+/// Inside `MPI_Finalize`'s hook: [`close`] must not finalize MPI itself.
+static IN_MPI_FINALIZE: AtomicBool = AtomicBool::new(false);
 
 /// The runtime MPI's `MPI_Get_library_version` string. Safe before `MPI_Init`
 /// and ABI-identical in every MPI, so it can be called even under the wrong MPI.
@@ -152,8 +158,75 @@ pub fn open(init_if_needed: Option<ThreadLevel>) -> Result<()> {
         }
         OWNED.store(true, Ordering::Release);
     }
+    hook_mpi_finalize();
     LIVE.fetch_add(1, Ordering::AcqRel);
     Ok(())
+}
+
+/// Have `hook` run when the program calls `MPI_Finalize` while contexts are live
+/// (the layer above finalizes them there, so a program that calls `MPI_Finalize`
+/// before `fh_finalize` neither aborts nor leaks). Set once per process.
+pub fn on_mpi_finalize(hook: fn()) {
+    let _ = FINALIZE_HOOK.set(hook);
+}
+
+/// MPI runs the delete callbacks of `MPI_COMM_SELF`'s attributes first thing in
+/// `MPI_Finalize`, with MPI still fully usable (MPI-3.1 §8.7.1).
+unsafe extern "C" fn self_attr_delete(
+    _comm: ffi::MPI_Comm,
+    _keyval: c_int,
+    _val: *mut c_void,
+    _extra: *mut c_void,
+) -> c_int {
+    IN_MPI_FINALIZE.store(true, Ordering::Release);
+    if let Some(h) = FINALIZE_HOOK.get() {
+        // A panic must not unwind into MPI.
+        let _ = std::panic::catch_unwind(h);
+    }
+    HOOKED.store(false, Ordering::Release);
+    0
+}
+
+/// The attribute is never copied (`MPI_COMM_SELF` is not duplicated by us).
+unsafe extern "C" fn self_attr_copy(
+    _comm: ffi::MPI_Comm,
+    _keyval: c_int,
+    _extra: *mut c_void,
+    _in: *mut c_void,
+    _out: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
+    // SAFETY: MPI passes a valid flag pointer.
+    unsafe { *flag = 0 };
+    0
+}
+
+/// Register the `MPI_Finalize` hook with MPI (once per MPI lifetime; MPI is
+/// initialised). Best effort: without it, `MPI_Finalize` before `fh_finalize` is the
+/// program's mistake as before.
+fn hook_mpi_finalize() {
+    if HOOKED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let mut key: c_int = 0;
+    // SAFETY: both callbacks have the signatures MPI expects and never unwind; the
+    // attribute value is unused (null).
+    unsafe {
+        if ffi::MPI_Comm_create_keyval(
+            Some(self_attr_copy),
+            Some(self_attr_delete),
+            &mut key,
+            std::ptr::null_mut(),
+        ) == 0
+        {
+            ffi::MPI_Comm_set_attr(ffi::RSMPI_COMM_SELF, key, std::ptr::null_mut());
+        }
+    }
+}
+
+/// True while `MPI_Finalize` runs the library's hook.
+pub fn in_mpi_finalize() -> bool {
+    IN_MPI_FINALIZE.load(Ordering::Acquire)
 }
 
 /// A context is gone. Finalizes MPI if we own it and this was the last context.
@@ -161,7 +234,7 @@ pub fn close() -> Result<()> {
     let _g = BOOT.lock();
     let before = LIVE.fetch_sub(1, Ordering::AcqRel);
     debug_assert!(before > 0, "close without open");
-    if before == 1 && OWNED.swap(false, Ordering::AcqRel) && !is_finalized() {
+    if before == 1 && !in_mpi_finalize() && OWNED.swap(false, Ordering::AcqRel) && !is_finalized() {
         // SAFETY: we initialised MPI ourselves and no context of ours is alive.
         let rc = unsafe { ffi::PMPI_Finalize() };
         if rc != 0 {

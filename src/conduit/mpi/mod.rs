@@ -20,6 +20,7 @@
 //! target keeps running. With an MPI thread level below `MPI_THREAD_MULTIPLE` every
 //! MPI call of this conduit is serialised by one re-entrant lock.
 
+pub mod agree;
 pub mod attach;
 pub mod boot;
 pub mod interop;
@@ -116,6 +117,23 @@ const GUESS_SLOTS: usize = 256;
 
 /// A reduction in flight: its request and the in/out words it reads and writes.
 type Max3 = (H<ffi::MPI_Request>, Box<[u64; 6]>);
+
+/// When MPI cannot create a window: MPI's shared-memory transport keeps its segments
+/// in /dev/shm, and a full /dev/shm makes it fail with no word of why.
+fn shm_hint() -> String {
+    match os::tmpfs_available("/dev/shm") {
+        Some(free) if free < 64 << 20 => format!(
+            " (/dev/shm has only {} free: MPI's shared-memory transport keeps its segments \
+             there; enlarge /dev/shm or free space in it)",
+            mib(free)
+        ),
+        _ => String::new(),
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
 
 /// Attachments kept for `fh_mem_register` out of a window holding `cap`.
 fn reg_share(cap: usize) -> usize {
@@ -252,9 +270,10 @@ impl SharedHeaps {
                 free_node(node);
                 bail!(
                     NoMemory,
-                    "/dev/shm has {} bytes free, the node's heaps need about {}",
-                    room,
-                    need
+                    "node-shared heaps need {} in /dev/shm, {} is free on some rank of this \
+                     node: enlarge /dev/shm, or set FH_SHM=0",
+                    mib(need),
+                    mib(room)
                 );
             }
             let mut info: ffi::MPI_Info = std::mem::zeroed();
@@ -452,28 +471,7 @@ impl MpiConduit {
         // SAFETY (whole block): plain MPI calls on handles we created or were given;
         // every out-pointer refers to a local of the right type.
         unsafe {
-            if comm == ffi::RSMPI_COMM_NULL || comm == std::mem::zeroed::<ffi::MPI_Comm>() {
-                bail!(
-                    InvalidArg,
-                    "communicator is MPI_COMM_NULL or not a valid handle"
-                );
-            }
-            // Validate the handle with errors returned: MPI raises errors about an
-            // invalid communicator on MPI_COMM_WORLD, whose handler is usually fatal.
-            let mut old: ffi::MPI_Errhandler = std::mem::zeroed();
-            ffi::MPI_Comm_get_errhandler(ffi::RSMPI_COMM_WORLD, &mut old);
-            ffi::MPI_Comm_set_errhandler(ffi::RSMPI_COMM_WORLD, ffi::RSMPI_ERRORS_RETURN);
-            let mut probe: c_int = 0;
-            let rc = ffi::MPI_Comm_size(comm, &mut probe);
-            ffi::MPI_Comm_set_errhandler(ffi::RSMPI_COMM_WORLD, old);
-            ffi::MPI_Errhandler_free(&mut old);
-            if rc != ffi::MPI_SUCCESS as c_int {
-                bail!(
-                    InvalidArg,
-                    "the communicator handle is not valid: {}",
-                    boot::error_string(rc)
-                );
-            }
+            agree::validate_comm(comm)?;
             let mut am_comm: ffi::MPI_Comm = std::mem::zeroed();
             check(ffi::MPI_Comm_dup(comm, &mut am_comm), || {
                 "MPI_Comm_dup".into()
@@ -509,10 +507,12 @@ impl MpiConduit {
                 match SharedHeaps::new(rma_comm, cfg.heap_size) {
                     Ok(sh) => Some(sh),
                     Err(e) => {
-                        if cfg.verbose {
+                        // Slower, not broken: say so once per job (and in
+                        // fh_config_print's "node-shared heaps" line).
+                        if rank == 0 || cfg.verbose {
                             eprintln!(
-                                "firehose[{}]: no shared-memory heaps ({}); using MPI RMA",
-                                rank, e
+                                "firehose[{}]: {}; node peers' heaps go through MPI RMA instead (slower)",
+                                rank, e.msg
                             );
                         }
                         None
@@ -570,7 +570,8 @@ impl MpiConduit {
                     }
                     Ok(())
                 })();
-                if let Err(e) = made {
+                if let Err(mut e) = made {
+                    e.msg.push_str(&shm_hint());
                     for c in [am_comm, rma_comm, prog_comm] {
                         let mut c = c;
                         ffi::MPI_Comm_free(&mut c);
@@ -789,17 +790,32 @@ impl MpiConduit {
             os::VmDir::Read
         };
         os::vm_copy(pid, dir, raddr, local, len).map_err(|e| match e {
-            os::VmError::Fault => crate::err!(
-                Access,
-                "{} {} bytes at {:#x} of rank {}: that memory is not {} there (unmapped, protected, or partly outside a mapping)",
-                if put { "put of" } else { "get of" },
-                len,
-                raddr,
-                rank,
-                if put { "mapped writable" } else { "mapped readable" }
-            ),
+            os::VmError::Fault => {
+                let need = if put {
+                    os::Need::ReadWrite
+                } else {
+                    os::Need::Read
+                };
+                let why = os::Maps::of_pid(pid)
+                    .and_then(|m| m.why_not(raddr, len, need))
+                    .unwrap_or("not mapped there with the protection the access needs");
+                crate::err!(
+                    Access,
+                    "rank {} refused a {} [{:#x}, +{}): the memory is {} there",
+                    rank,
+                    if put { "put to" } else { "get from" },
+                    raddr,
+                    len,
+                    why
+                )
+            }
             os::VmError::Gone => crate::err!(Transport, "rank {} (pid {}) has exited", rank, pid),
-            other => crate::err!(Transport, "single copy to rank {} failed: {:?}", rank, other),
+            other => crate::err!(
+                Transport,
+                "single copy to rank {} failed: {:?}",
+                rank,
+                other
+            ),
         })
     }
 
