@@ -74,6 +74,8 @@ pub struct CollState {
     tree: Option<(u32, Tree)>,
     /// The last call's rank lists, kept for their capacity (no allocation per call).
     spare: [Vec<usize>; 3],
+    /// The reduction's accumulator, kept for its capacity.
+    acc: Vec<u8>,
 }
 
 impl CollState {
@@ -83,6 +85,7 @@ impl CollState {
             seq: 0,
             tree: None,
             spare: Default::default(),
+            acc: Vec::new(),
         }
     }
 }
@@ -195,6 +198,22 @@ const K_ALLREDUCE: u8 = 3;
 const K_ALLGATHER: u8 = 4;
 /// The broadcast of λ at a context's first collective.
 const K_LAMBDA: u8 = 5;
+
+/// One rank's part in a reduction ([`CtxInner::reduce_flow`]).
+struct Red<'a> {
+    /// Where this rank's combination goes (parent, or the root from rank 0).
+    up: Option<usize>,
+    /// This rank is a root other than 0: the result comes from rank 0.
+    from0: bool,
+    kids: &'a [usize],
+    src: usize,
+    dst: usize,
+    nbytes: usize,
+    dt: i32,
+    op: i32,
+    /// Bytes per chunk (whole elements).
+    chunk: usize,
+}
 
 /// A chunk met on the way, and its sender.
 type Met = Option<(usize, Chunk)>;
@@ -730,20 +749,55 @@ impl CtxInner {
     ) -> Result<()> {
         let (me, n) = (self.rank, self.size);
         let esz = dtype_size(dt).unwrap_or(1);
-        let chunk = self.area()?.chunk / esz * esz;
         let (parent, kids) = binomial(me, n);
-        // Rank 0 passes the result to a root other than itself.
-        let up = parent.or((me == 0 && root != 0).then_some(root));
-        let from0 = me == root && root != 0;
+        let red = Red {
+            // Rank 0 passes the result to a root other than itself.
+            up: parent.or((me == 0 && root != 0).then_some(root)),
+            from0: me == root && root != 0,
+            kids: &kids,
+            src,
+            dst,
+            nbytes,
+            dt,
+            op,
+            chunk: self.area()?.chunk / esz * esz,
+        };
         call.expect.extend(&kids);
-        if from0 {
+        if red.from0 {
             call.expect.push(0);
         }
+        let mut acc = std::mem::take(&mut st.acc);
+        acc.resize(red.chunk.min(nbytes), 0);
+        let r = self.reduce_chunks(st, call, &red, &mut acc);
+        st.acc = acc;
+        r?;
+        if let Some(p) = red.up {
+            self.end_send(st, call, p)?;
+        }
+        for &c in &kids {
+            self.end_recv(st, call, c)?;
+        }
+        if red.from0 {
+            self.end_recv(st, call, 0)?;
+        }
+        Ok(())
+    }
+
+    /// The chunk loop of [`Self::reduce_flow`]: combine the children's chunks into
+    /// `acc` and pass each on (to the parent, the root, or `dst`). Stops at the
+    /// call's first failure; the caller ends the streams.
+    fn reduce_chunks(
+        &self,
+        st: &mut CollState,
+        call: &mut Call,
+        red: &Red<'_>,
+        acc: &mut [u8],
+    ) -> Result<()> {
+        let (chunk, nbytes) = (red.chunk, red.nbytes);
         let count = nbytes.div_ceil(chunk).max(1);
-        let mut acc = vec![0u8; chunk.min(nbytes)];
-        'chunks: for j in 0..count {
+        for j in 0..count {
             if call.failed() {
-                break;
+                return Ok(());
             }
             let off = j * chunk;
             let len = chunk.min(nbytes - off);
@@ -751,52 +805,39 @@ impl CtxInner {
             let acc = &mut acc[..len];
             // SAFETY: src is valid for nbytes (caller).
             acc.copy_from_slice(unsafe {
-                std::slice::from_raw_parts((src + off) as *const u8, len)
+                std::slice::from_raw_parts((red.src + off) as *const u8, len)
             });
-            for &c in &kids {
+            for &c in red.kids {
                 let Some(got) = self.c_recv(st, call, c)? else {
-                    break 'chunks;
+                    return Ok(());
                 };
                 if !self.c_accept(call, c, &got, j == 0, len) {
-                    break 'chunks;
+                    return Ok(());
                 }
                 // SAFETY: got.data is len bytes of our area.
-                combine(
-                    acc,
-                    unsafe { std::slice::from_raw_parts(got.data, len) },
-                    dt,
-                    op,
-                );
+                let theirs = unsafe { std::slice::from_raw_parts(got.data, len) };
+                combine(acc, theirs, red.dt, red.op);
                 self.c_done(st, call, c, &got)?;
             }
-            match up {
+            match red.up {
                 Some(p) => self.c_send(st, call, p, acc.as_ptr(), len, last)?,
                 // SAFETY: dst is valid for nbytes at the root (caller).
                 None => unsafe {
-                    std::ptr::copy_nonoverlapping(acc.as_ptr(), (dst + off) as *mut u8, len)
+                    std::ptr::copy_nonoverlapping(acc.as_ptr(), (red.dst + off) as *mut u8, len)
                 },
             }
-            if from0 {
+            if red.from0 {
                 let Some(got) = self.c_recv(st, call, 0)? else {
-                    break;
+                    return Ok(());
                 };
                 if !self.c_accept(call, 0, &got, j == 0, len) {
-                    break;
+                    return Ok(());
                 }
                 // SAFETY: got.data is len bytes of our area; dst is valid for nbytes
                 // at the root (caller).
-                unsafe { std::ptr::copy_nonoverlapping(got.data, (dst + off) as *mut u8, len) };
+                unsafe { std::ptr::copy_nonoverlapping(got.data, (red.dst + off) as *mut u8, len) };
                 self.c_done(st, call, 0, &got)?;
             }
-        }
-        if let Some(p) = up {
-            self.end_send(st, call, p)?;
-        }
-        for &c in &kids {
-            self.end_recv(st, call, c)?;
-        }
-        if from0 {
-            self.end_recv(st, call, 0)?;
         }
         Ok(())
     }
