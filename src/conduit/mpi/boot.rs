@@ -33,6 +33,10 @@ static FINALIZE_HOOK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
 static HOOKED: AtomicBool = AtomicBool::new(false);
 /// Inside `MPI_Finalize`'s hook: [`close`] must not finalize MPI itself.
 static IN_MPI_FINALIZE: AtomicBool = AtomicBool::new(false);
+/// The keyval of the hook's attribute (valid while `HOOKED`).
+static HOOK_KEY: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+/// The attribute is being removed on purpose: its callback must do nothing.
+static UNHOOKING: AtomicBool = AtomicBool::new(false);
 
 /// The runtime MPI's `MPI_Get_library_version` string. Safe before `MPI_Init`
 /// and ABI-identical in every MPI, so it can be called even under the wrong MPI.
@@ -178,6 +182,9 @@ unsafe extern "C" fn self_attr_delete(
     _val: *mut c_void,
     _extra: *mut c_void,
 ) -> c_int {
+    if UNHOOKING.load(Ordering::Acquire) {
+        return 0;
+    }
     IN_MPI_FINALIZE.store(true, Ordering::Release);
     if let Some(h) = FINALIZE_HOOK.get() {
         // A panic must not unwind into MPI.
@@ -219,9 +226,28 @@ fn hook_mpi_finalize() {
             std::ptr::null_mut(),
         ) == 0
         {
+            HOOK_KEY.store(key, Ordering::Release);
             ffi::MPI_Comm_set_attr(ffi::RSMPI_COMM_SELF, key, std::ptr::null_mut());
         }
     }
+}
+
+/// The last context is gone: remove the attribute, so MPI holds no pointer into this
+/// library (a program may `dlclose` it before `MPI_Finalize`). The next context
+/// registers it again.
+fn unhook_mpi_finalize() {
+    if in_mpi_finalize() || is_finalized() || !HOOKED.swap(false, Ordering::AcqRel) {
+        return;
+    }
+    let mut key = HOOK_KEY.load(Ordering::Acquire);
+    UNHOOKING.store(true, Ordering::Release);
+    // SAFETY: the keyval and attribute were created by hook_mpi_finalize; deleting
+    // the attribute runs our callback, which UNHOOKING makes a no-op.
+    unsafe {
+        ffi::MPI_Comm_delete_attr(ffi::RSMPI_COMM_SELF, key);
+        ffi::MPI_Comm_free_keyval(&mut key);
+    }
+    UNHOOKING.store(false, Ordering::Release);
 }
 
 /// True while `MPI_Finalize` runs the library's hook.
@@ -234,6 +260,9 @@ pub fn close() -> Result<()> {
     let _g = BOOT.lock();
     let before = LIVE.fetch_sub(1, Ordering::AcqRel);
     debug_assert!(before > 0, "close without open");
+    if before == 1 {
+        unhook_mpi_finalize();
+    }
     if before == 1 && !in_mpi_finalize() && OWNED.swap(false, Ordering::AcqRel) && !is_finalized() {
         // SAFETY: we initialised MPI ourselves and no context of ours is alive.
         let rc = unsafe { ffi::PMPI_Finalize() };
