@@ -56,7 +56,7 @@ def gen():
     w("")
     w("use super::rma::{fh_handle_t, FH_HANDLE_NULL};")
     w("use super::{ctx_ref, fh_ctx_t, OK};")
-    w("use crate::conduit::{AtomicOp, Width};")
+    w("use crate::api::sync::atomic::{AtomicOp, Width};")
     w("use crate::runtime::error::Result;")
     w("use std::os::raw::c_int;")
     w("")

@@ -13,12 +13,11 @@ use super::heap::Heap;
 use super::rma::RmaState;
 use super::stats::Stats;
 use super::wire;
-use crate::conduit::mpi::{boot, describe_level, MpiConduit};
 use crate::conduit::sim::SimWorld;
-use crate::conduit::Conduit;
+use crate::conduit::{Conduit, Launch};
 use crate::firehose::params::Params;
 use crate::firehose::registry::{LocalRegions, RemoteCache};
-use crate::runtime::config::{Config, Progress, ThreadLevel};
+use crate::runtime::config::{Config, Progress};
 use crate::runtime::error::{Error, Result};
 use crate::{bail, err};
 use parking_lot::Mutex;
@@ -107,8 +106,6 @@ pub const POLL_EVERY: u64 = 32;
 
 pub struct CtxInner {
     pub conduit: Arc<dyn Conduit>,
-    /// The MPI conduit, when that is what `conduit` is (for MPI-only facts).
-    pub mpi: Option<Arc<MpiConduit>>,
     pub rank: usize,
     pub size: usize,
     /// Several threads may be inside the library at once (MPI_THREAD_MULTIPLE, the
@@ -162,8 +159,6 @@ pub struct CtxInner {
 pub struct Context {
     pub inner: Arc<CtxInner>,
     progress: Mutex<Option<(Arc<AtomicBool>, JoinHandle<()>)>>,
-    /// Opened through `boot::open` (MPI contexts): call `boot::close` at finalize.
-    boot_opened: bool,
 }
 
 impl std::ops::Deref for Context {
@@ -178,68 +173,34 @@ fn max_frame(cfg: &Config) -> usize {
 }
 
 impl Context {
-    /// Create a context on an MPI communicator (collective). MPI must be usable:
-    /// the caller ran `boot::open` (which this context closes at finalize).
-    /// `cfg` is this rank's resolution of its settings; every rank learns whether
-    /// some rank's failed or the job-wide ones differ (`conduit::mpi::agree`).
-    pub fn new_mpi(comm: mpi::ffi::MPI_Comm, cfg: Result<Config>) -> Result<Context> {
-        let cfg = match crate::conduit::mpi::agree::settings(comm, &cfg).and(cfg) {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = boot::close();
-                return Err(e);
-            }
-        };
-        let level = boot::query_thread();
+    /// Create a context (collective over its ranks): the conduit is launched as
+    /// `how` says; `cfg` is this rank's resolution of its settings, and every rank
+    /// learns whether some rank's failed or the job-wide ones differ before anything
+    /// is created (`conduit::launch`).
+    pub fn new(how: Launch, cfg: Result<Config>) -> Result<Context> {
+        let (c, cfg) = crate::conduit::launch(how, cfg, max_frame)?;
         if cfg.verbose {
             report_unknown_env();
         }
-        let c = match MpiConduit::new(comm, &cfg, max_frame(&cfg)) {
-            Ok(c) => Arc::new(c),
-            Err(e) => {
-                let _ = boot::close();
-                return Err(e);
-            }
-        };
-        let mut info = vec![
-            format!("conduit: mpi ({} ranks)", c.size()),
-            format!(
-                "MPI library: {}",
-                boot::library_version().lines().next().unwrap_or("?")
-            ),
-            format!("built against: {}", boot::BUILT_FOR),
-            format!(
-                "MPI thread level: {}{}",
-                describe_level(level),
-                if level < ThreadLevel::Multiple {
-                    " (library serialises its own MPI calls)"
-                } else {
-                    ""
-                }
-            ),
-            format!("MPI owned by firehose: {}", boot::owns_mpi()),
-            format!("heap mlocked: {}", c.heap_locked()),
-            format!("kernel single copy to node peers: {}", c.single_copy_note()),
-        ];
+        let mut info = c.describe();
         let want_thread = cfg.progress == Progress::Thread;
-        let can_thread = level == ThreadLevel::Multiple;
+        let can_thread = c.caps().thread_multiple;
         if want_thread && !can_thread {
-            info.push(format!(
-                "progress thread: DISABLED (FH_PROGRESS=thread needs MPI_THREAD_MULTIPLE, MPI provides {}); polling only",
-                describe_level(level)
-            ));
+            info.push(
+                "progress thread: DISABLED (FH_PROGRESS=thread needs MPI_THREAD_MULTIPLE); \
+                 polling only"
+                    .into(),
+            );
         }
         // Ranks on this machine share its RAM (firehose's default M divides it).
-        let host = host_hash();
-        let params = match agree_params(&*c, &cfg, host) {
+        let params = match agree_params(&*c, &cfg, host_hash()) {
             Ok(p) => p,
             Err(e) => {
                 let _ = c.finalize();
-                let _ = boot::close();
                 return Err(e);
             }
         };
-        let inner = CtxInner::build(c.clone(), Some(c), cfg, info, params);
+        let inner = CtxInner::build(c, cfg, info, params);
         super::sync::register(&inner);
         super::progress::register(&inner);
         inner.info.lock().push(if super::progress::wanted_for(&inner) {
@@ -250,7 +211,6 @@ impl Context {
         let ctx = Context {
             inner,
             progress: Mutex::new(None),
-            boot_opened: true,
         };
         if want_thread && can_thread {
             ctx.start_progress_thread();
@@ -283,7 +243,6 @@ impl Context {
         );
         let inner = CtxInner::build(
             c.clone(),
-            None,
             cfg,
             vec![format!("conduit: sim ({} nodes)", world.size())],
             params,
@@ -300,7 +259,6 @@ impl Context {
         let ctx = Context {
             inner,
             progress: Mutex::new(None),
-            boot_opened: false,
         };
         if ctx.cfg.progress == Progress::Thread {
             ctx.start_progress_thread();
@@ -398,9 +356,7 @@ impl Context {
             }
             if let Err(e) = watch.round() {
                 inner.state.store(State::Finalized as u8, Ordering::Release);
-                if self.boot_opened {
-                    let _ = boot::close();
-                }
+                inner.conduit.abandon();
                 return Err(e);
             }
         }
@@ -418,9 +374,6 @@ impl Context {
         note(inner.conduit.finalize());
         *inner.sim_hook.lock() = None;
         inner.state.store(State::Finalized as u8, Ordering::Release);
-        if self.boot_opened {
-            note(boot::close());
-        }
         first
     }
 }
@@ -437,7 +390,6 @@ impl Drop for Context {
 impl CtxInner {
     fn build(
         conduit: Arc<dyn Conduit>,
-        mpi: Option<Arc<MpiConduit>>,
         cfg: Config,
         info: Vec<String>,
         params: Params,
@@ -498,7 +450,6 @@ impl CtxInner {
             sim_hook: Mutex::new(None),
             state: AtomicU8::new(State::Live as u8),
             conduit,
-            mpi,
             cfg,
         })
     }

@@ -144,18 +144,20 @@ impl CtxInner {
             (a, b) => a.or(b),
         };
         if let Some(limit) = limit.filter(|&l| n >= l) {
-            let fix = if conduit == Some(limit) {
-                "unregister a range, register larger ranges, or raise Open MPI's                  osc_rdma_max_attach (mpirun --mca osc_rdma_max_attach N: a quarter of it, up                  to 16, is kept for registrations)"
+            let caps = self.conduit.caps();
+            let more = if conduit == Some(limit) {
+                format!(", or {}", caps.registrations_fix)
             } else {
-                "unregister a range or register larger ranges"
+                String::new()
             };
             bail!(
                 NoResource,
-                "rank {} has {} of {} registrations in use: {}",
+                "rank {} has {} of {} registrations in use: unregister a range or register \
+                 larger ranges{}",
                 self.rank,
                 n,
                 limit,
-                fix
+                more
             );
         }
         Ok(())

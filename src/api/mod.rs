@@ -16,4 +16,11 @@ pub mod stats;
 pub mod sync;
 pub mod wire;
 
+pub use crate::conduit::Launch;
 pub use ctx::{Context, CtxInner};
+
+/// Have `hook` run when the transport is shut down under the library (the program
+/// calls `MPI_Finalize` while contexts are live): the C boundary finalizes them.
+pub fn on_transport_shutdown(hook: fn()) {
+    crate::conduit::on_shutdown(hook)
+}

@@ -22,9 +22,9 @@
 //!   one relaxed load and go straight to MPI.
 
 use super::ctx::CtxInner;
-/// The MPI side of the loop (the conduit knows MPI requests); re-exported so the
-/// C boundary names only this layer.
-pub use crate::conduit::mpi::interop::{drive, drive_request};
+/// The transport's side of the loop (the conduit knows its requests); re-exported so
+/// the C boundary names only this layer.
+pub use crate::conduit::interop::{drive, drive_request, same_ranks_as};
 use parking_lot::RwLock;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -77,7 +77,7 @@ pub fn wanted() -> bool {
 
 /// Serve `ctx` inside blocking MPI calls from now on (when its settings ask for it).
 pub fn register(ctx: &Arc<CtxInner>) {
-    if !ctx.cfg.mpi_progress || ctx.mpi.is_none() {
+    if !ctx.cfg.serve_blocking || !ctx.conduit.caps().interop {
         return;
     }
     let mut g = SERVED.write();
@@ -121,12 +121,25 @@ pub fn serve() -> usize {
     n
 }
 
-/// Run `f` on every served context's MPI conduit, in creation order.
-pub fn each_mpi(mut f: impl FnMut(&crate::conduit::mpi::MpiConduit)) {
+/// Every served context's ranks meet in a barrier that serves the library while it
+/// waits (`MPI_Finalize`), in creation order.
+pub fn serving_barriers(serve: &mut dyn FnMut() -> usize) {
     let list: Vec<Arc<CtxInner>> = SERVED.read().clone();
     for c in &list {
-        if let Some(m) = &c.mpi {
-            f(m);
-        }
+        crate::conduit::interop::serving_barrier(&*c.conduit, serve);
+    }
+}
+
+/// The first served context for which `same_ranks` holds (its ranks are the
+/// window's: `MPI_Win_fence`) meets in a serving barrier; its status (0 when none
+/// matched).
+pub fn first_serving_barrier(
+    same_ranks: &mut dyn FnMut(&dyn crate::conduit::Conduit) -> bool,
+    serve: &mut dyn FnMut() -> usize,
+) -> i32 {
+    let list: Vec<Arc<CtxInner>> = SERVED.read().clone();
+    match list.iter().find(|c| same_ranks(&*c.conduit)) {
+        Some(c) => crate::conduit::interop::serving_barrier(&*c.conduit, serve),
+        None => 0,
     }
 }

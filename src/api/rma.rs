@@ -317,14 +317,13 @@ impl CtxInner {
             other => other.is_some(),
         };
         if !remote_plain {
-            if let Some(m) = self
-                .mpi
-                .as_deref()
-                .filter(|m| m.single_copy_pid(rank).is_some())
-            {
-                // A node peer: the kernel copies to or from any of its addresses
-                // without its CPU; bad memory is FH_ERR_ACCESS, checked by the kernel.
-                let r = m.single_copy(rank, dir == Dir::Put, remote, local, nbytes);
+            // A node peer: the kernel copies to or from any of its addresses without
+            // its CPU; bad memory is FH_ERR_ACCESS, checked by the kernel.
+            // SAFETY: local is valid for nbytes (the public calls' contract).
+            if let Some(r) = unsafe {
+                self.conduit
+                    .copy_any(rank, dir == Dir::Put, remote, local, nbytes)
+            } {
                 if r.is_err() {
                     crate::api::stats::Stats::add(&self.stats.access_refused, 1);
                 }
@@ -523,18 +522,11 @@ impl CtxInner {
     ) -> Result<()> {
         // SAFETY: forwarded contract.
         unsafe {
-            match (blocking, &self.mpi, dir) {
-                // Static dispatch on the MPI conduit: the whole path inlines.
-                (true, Some(m), Dir::Put) => m.put_now(r, remote, local as *const u8, nbytes),
-                (true, Some(m), Dir::Get) => m.get_now(r, remote, local as *mut u8, nbytes),
-                (true, None, Dir::Put) => {
-                    self.conduit.put_sync(r, remote, local as *const u8, nbytes)
-                }
-                (true, None, Dir::Get) => {
-                    self.conduit.get_sync(r, remote, local as *mut u8, nbytes)
-                }
-                (false, _, Dir::Put) => self.conduit.put(r, remote, local as *const u8, nbytes),
-                (false, _, Dir::Get) => self.conduit.get(r, remote, local as *mut u8, nbytes),
+            match (blocking, dir) {
+                (true, Dir::Put) => self.conduit.put_sync(r, remote, local as *const u8, nbytes),
+                (true, Dir::Get) => self.conduit.get_sync(r, remote, local as *mut u8, nbytes),
+                (false, Dir::Put) => self.conduit.put(r, remote, local as *const u8, nbytes),
+                (false, Dir::Get) => self.conduit.get(r, remote, local as *mut u8, nbytes),
             }
         }
     }
@@ -631,10 +623,7 @@ impl CtxInner {
             || self.fh.local_side
             || !self.fh_hits_one_sided()
             || self.plain_access(rank, remote, nbytes).is_some()
-            || self
-                .mpi
-                .as_deref()
-                .is_some_and(|m| m.single_copy_pid(rank).is_some())
+            || self.conduit.reaches_any_address(rank)
         {
             return Ok(None);
         }

@@ -96,8 +96,8 @@ impl<'a> Watch<'a> {
     #[cold]
     fn check(&mut self) -> Result<()> {
         let cfg = &self.ctx.cfg;
-        if let (Some(p), Some(m)) = (self.what.peer, self.ctx.mpi.as_deref()) {
-            if m.peer_exited(p) {
+        if let Some(p) = self.what.peer {
+            if self.ctx.conduit.peer_exited(p) {
                 return Err(self.error("has exited"));
             }
         }

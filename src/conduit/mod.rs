@@ -41,8 +41,15 @@ pub struct Caps {
     pub max_registrations: Option<usize>,
     /// Separate `fh_mem_register` ranges the conduit keeps room for (None: no limit).
     pub user_registrations: Option<usize>,
+    /// How to get more of them (for the message when they are used up).
+    pub registrations_fix: &'static str,
     /// The local side of a put/get must be registered too (a strict RDMA NIC).
     pub local_registration: bool,
+    /// [`Conduit::max3_start`] is implemented (a non-blocking reduction).
+    pub reduction: bool,
+    /// The transport's own blocking calls can serve the library while they wait
+    /// (the MPI conduit, through the interposed blocking MPI calls).
+    pub interop: bool,
 }
 
 /// A bulk payload to send with a frame.
@@ -271,4 +278,91 @@ pub trait Conduit: Send + Sync {
 
     /// Release every resource. Collective for MPI. After this every call errors.
     fn finalize(&self) -> Result<()>;
+
+    /// The context is abandoned without the collective teardown (a finalize that
+    /// gave up): release what is this process's alone. Idempotent; `finalize` does it.
+    fn abandon(&self) {}
+
+    /// Optional capability: put to or get from *any* mapped address of `rank`
+    /// without the target (the kernel's single copy between ranks of one node),
+    /// complete on return. `None`: `rank` is not reached this way.
+    ///
+    /// # Safety
+    /// `local` must be valid (readable for puts, writable for gets) for `len` bytes.
+    unsafe fn copy_any(
+        &self,
+        _rank: usize,
+        _put: bool,
+        _raddr: usize,
+        _local: usize,
+        _len: usize,
+    ) -> Option<Result<()>> {
+        None
+    }
+
+    /// Whether [`Conduit::copy_any`] reaches `rank`.
+    fn reaches_any_address(&self, _rank: usize) -> bool {
+        false
+    }
+
+    /// True when `rank` is known to have exited (a process of this node that no
+    /// longer exists); false when unknown.
+    fn peer_exited(&self, _rank: usize) -> bool {
+        false
+    }
+
+    /// Optional capability: start an elementwise maximum of three words over every
+    /// rank, completed by [`Conduit::max3_test`] (a barrier that carries ids).
+    fn max3_start(&self, _v: [u64; 3]) -> Result<()> {
+        Err(crate::err!(
+            Unsupported,
+            "the {} conduit has no non-blocking reduction",
+            self.caps().name
+        ))
+    }
+    /// The reduction's result once complete.
+    fn max3_test(&self) -> Result<Option<[u64; 3]>> {
+        Err(crate::err!(Unsupported, "no reduction in progress"))
+    }
+
+    /// Lines for `fh_config_print` about the transport.
+    fn describe(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// For transport-specific callers above the API (the MPI interposition): the
+    /// conduit as `Any`.
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+/// How a new context's ranks find each other: the library is started from MPI.
+#[derive(Clone, Copy, Debug)]
+pub enum Launch {
+    /// The program's communicator, as a Fortran handle; MPI must be initialised.
+    Comm(i32),
+    /// `MPI_COMM_WORLD`, initialising MPI at this thread level first when nobody has
+    /// (the library then finalizes it with its last context).
+    World(crate::runtime::config::ThreadLevel),
+}
+
+/// Start the transport for a new context (collective). `cfg` is this rank's
+/// resolution of its settings: every rank learns whether some rank's failed or the
+/// job-wide ones differ, before anything is created. `max_frame` gives the largest
+/// frame for a configuration.
+pub fn launch(
+    how: Launch,
+    cfg: crate::runtime::error::Result<crate::runtime::config::Config>,
+    max_frame: fn(&crate::runtime::config::Config) -> usize,
+) -> Result<(std::sync::Arc<dyn Conduit>, crate::runtime::config::Config)> {
+    mpi::launch(how, cfg, max_frame)
+}
+
+/// The driver of the interposed blocking calls (transport-specific; see
+/// `api::progress`).
+pub use mpi::interop;
+
+/// Run `hook` when the transport is shut down while contexts are live (the program
+/// calls `MPI_Finalize` first).
+pub fn on_shutdown(hook: fn()) {
+    mpi::boot::on_mpi_finalize(hook)
 }

@@ -105,6 +105,9 @@ impl SimWorld {
                 fh_mode: FhMode::Page,
                 max_registrations: None,
                 user_registrations: None,
+                registrations_fix: "",
+                reduction: false,
+                interop: false,
                 local_registration: true,
             },
         })
@@ -501,6 +504,10 @@ impl Conduit for SimConduit {
     }
     fn barrier_test(&self) -> Result<bool> {
         Ok(true)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 
     fn finalize(&self) -> Result<()> {

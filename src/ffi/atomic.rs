@@ -6,7 +6,7 @@
 
 use super::rma::{fh_handle_t, FH_HANDLE_NULL};
 use super::{ctx_ref, fh_ctx_t, OK};
-use crate::conduit::{AtomicOp, Width};
+use crate::api::sync::atomic::{AtomicOp, Width};
 use crate::runtime::error::Result;
 use std::os::raw::c_int;
 

@@ -1,8 +1,7 @@
 //! Header section: configuration and lifecycle.
 
 use super::{ctx_finalize, ctx_ref, fh_ctx_t, OK};
-use crate::api::Context;
-use crate::conduit::mpi::{boot, comm_from_fint};
+use crate::api::{Context, Launch};
 use crate::runtime::config::{Config, Pin, Progress, ThreadLevel};
 use crate::runtime::error::{set_last_error, Result};
 use std::io::Write;
@@ -217,9 +216,7 @@ pub extern "C" fn fh_init_comm_f(
         // SAFETY: cfg is null or a caller-provided fh_config_t.
         let c = unsafe { overrides(cfg) }.and_then(|o| Config::from_env(&o));
         super::install_hooks();
-        boot::open(None)?;
-        let comm = comm_from_fint(comm_f);
-        finish_init(Context::new_mpi(comm, c), ctx_out)
+        finish_init(Context::new(Launch::Comm(comm_f), c), ctx_out)
     })
 }
 
@@ -237,11 +234,8 @@ pub extern "C" fn fh_init_world(cfg: *const fh_config_t, ctx_out: *mut *mut fh_c
         // SAFETY: cfg is null or a caller-provided fh_config_t.
         let c = unsafe { overrides(cfg) }.and_then(|o| Config::from_env(&o));
         super::install_hooks();
-        boot::open(Some(
-            c.as_ref().map_or(ThreadLevel::Multiple, |c| c.mpi_thread),
-        ))?;
-        let comm = comm_from_fint(crate::conduit::mpi::world_fint());
-        finish_init(Context::new_mpi(comm, c), ctx_out)
+        let level = c.as_ref().map_or(ThreadLevel::Multiple, |c| c.mpi_thread);
+        finish_init(Context::new(Launch::World(level), c), ctx_out)
     })
 }
 

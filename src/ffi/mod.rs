@@ -123,7 +123,7 @@ impl fh_ctx_t {
 pub(crate) fn install_hooks() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        crate::conduit::mpi::boot::on_mpi_finalize(finalize_for_mpi);
+        crate::api::on_transport_shutdown(finalize_for_mpi);
         extern "C" fn at_exit() {
             crate::api::sync::mark_all_exited();
         }

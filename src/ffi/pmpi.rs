@@ -296,14 +296,8 @@ pub unsafe extern "C" fn MPI_Waitsome(
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_fence(assert: c_int, win: MPI_Win) -> c_int {
     if progress::wanted() {
-        let mut rc = SUCCESS;
-        let mut done = false;
-        progress::each_mpi(|m| {
-            if !done && m.same_ranks_as(win) {
-                done = true;
-                rc = m.serving_barrier(&mut serve);
-            }
-        });
+        let rc =
+            progress::first_serving_barrier(&mut |c| progress::same_ranks_as(c, win), &mut serve);
         if rc != SUCCESS {
             return rc;
         }
@@ -346,9 +340,7 @@ serve_first! {
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Finalize() -> c_int {
     if progress::wanted() {
-        progress::each_mpi(|m| {
-            m.serving_barrier(&mut serve);
-        });
+        progress::serving_barriers(&mut serve);
     }
     // SAFETY: a plain MPI call.
     unsafe { ffi::PMPI_Finalize() }

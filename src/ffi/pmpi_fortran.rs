@@ -284,9 +284,7 @@ pub unsafe extern "C" fn mpi_sendrecv_(
 #[no_mangle]
 pub unsafe extern "C" fn mpi_finalize_(ierr: *mut Fint) {
     if progress::wanted() {
-        progress::each_mpi(|m| {
-            m.serving_barrier(&mut progress::serve);
-        });
+        progress::serving_barriers(&mut progress::serve);
     }
     call!(FINALIZE, (*mut Fint)(ierr));
 }
@@ -406,9 +404,7 @@ pub unsafe extern "C" fn mpi_waitall_f08_(
 pub unsafe extern "C" fn mpi_finalize_f08_(ierr: *mut Fint) {
     static REAL: Real = Real::new(c"mpi_finalize_f08_", true);
     if progress::wanted() {
-        progress::each_mpi(|m| {
-            m.serving_barrier(&mut progress::serve);
-        });
+        progress::serving_barriers(&mut progress::serve);
     }
     call!(REAL, (*mut Fint)(ierr));
 }

@@ -120,7 +120,7 @@ pub struct Config {
     /// measured at the first broadcast).
     pub bcast_lambda: Option<u32>,
     /// Serve the library while the application blocks in MPI (`FH_MPI_PROGRESS`).
-    pub mpi_progress: bool,
+    pub serve_blocking: bool,
     /// Seconds a blocking wait lasts before it says why on stderr (0: never).
     pub stall_warn_s: u64,
     /// Seconds after which a blocking wait gives up with FH_ERR_TRANSPORT (None: wait).
@@ -499,10 +499,10 @@ pub static SETTINGS: &[Setting] = &[
         default: "1",
         help: "1: a rank blocked in a blocking MPI call (MPI_Barrier, MPI_Wait, MPI_Recv, collectives, ...) keeps serving the library (PMPI interposition); 0: MPI calls go straight to MPI",
         set: |c, v| {
-            c.mpi_progress = parse_bool(v)?;
+            c.serve_blocking = parse_bool(v)?;
             Ok(())
         },
-        show: |c| (c.mpi_progress as u8).to_string(),
+        show: |c| (c.serve_blocking as u8).to_string(),
     },
     Setting {
         name: "FH_STALL_WARN",
@@ -602,7 +602,7 @@ impl Config {
             shm: true,
             barrier: BarrierAlgo::Dissemination,
             bcast_lambda: None,
-            mpi_progress: true,
+            serve_blocking: true,
             stall_warn_s: 0,
             stall_abort_s: None,
             cma: true,

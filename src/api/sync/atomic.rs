@@ -25,7 +25,9 @@
 
 use crate::api::ctx::CtxInner;
 use crate::api::fh::{Carry, Grant};
-use crate::conduit::{cpu_atomic, AtomicOp, Width};
+use crate::conduit::cpu_atomic;
+/// The operations and widths of the atomics (the C boundary names them from here).
+pub use crate::conduit::{AtomicOp, Width};
 use crate::runtime::error::Result;
 use crate::{bail, err};
 

@@ -130,9 +130,11 @@ fn ceil_log2(n: usize) -> u32 {
 
 impl CtxInner {
     fn barrier_algo(&self) -> Algo {
-        match (self.cfg.barrier, &self.mpi) {
-            (Algo_::Mpi, None) => Algo::Dissemination,
-            (a, _) => a,
+        // The transport's reduction when it has one (the MPI conduit), else the
+        // default.
+        match self.cfg.barrier {
+            Algo_::Mpi if !self.conduit.caps().reduction => Algo::Dissemination,
+            a => a,
         }
     }
 
@@ -195,15 +197,11 @@ impl CtxInner {
             }
             Algo::Tree => Step::Gather { got: 0 },
             Algo::Mpi => {
-                let m = self
-                    .mpi
-                    .as_ref()
-                    .expect("mpi algo only with the MPI conduit");
                 let (v0, v1, v2) = match b.acc {
                     Val::Named(x) => (1, x, !x),
                     _ => (0, 0, 0),
                 };
-                m.max3_start([v0, v1, v2])?;
+                self.conduit.max3_start([v0, v1, v2])?;
                 Step::Mpi
             }
         };
@@ -279,24 +277,18 @@ impl CtxInner {
                         None => break None,
                     }
                 }
-                Step::Mpi => {
-                    let m = self
-                        .mpi
-                        .as_ref()
-                        .expect("mpi algo only with the MPI conduit");
-                    match m.max3_test()? {
-                        Some([named, hi, nlo]) => {
-                            break Some(if named == 0 {
-                                Val::Anon
-                            } else if hi == !nlo {
-                                Val::Named(hi)
-                            } else {
-                                Val::Mismatch
-                            })
-                        }
-                        None => break None,
+                Step::Mpi => match self.conduit.max3_test()? {
+                    Some([named, hi, nlo]) => {
+                        break Some(if named == 0 {
+                            Val::Anon
+                        } else if hi == !nlo {
+                            Val::Named(hi)
+                        } else {
+                            Val::Mismatch
+                        })
                     }
-                }
+                    None => break None,
+                },
             }
         };
         b.phase = match result {

@@ -71,7 +71,7 @@ impl MpiConduit {
     /// A barrier over this context's ranks that serves the library while it waits
     /// (collective over the context's communicator; a private duplicate, so it never
     /// matches an application collective).
-    pub fn serving_barrier(&self, serve: &mut dyn FnMut() -> usize) -> c_int {
+    fn serving_barrier(&self, serve: &mut dyn FnMut() -> usize) -> c_int {
         if !self.windows {
             return ffi::MPI_SUCCESS as c_int; // one rank: nobody to wait for
         }
@@ -88,7 +88,7 @@ impl MpiConduit {
 
     /// True when `win`'s group has exactly this context's ranks (so every rank of a
     /// fence on `win` is a rank of this context and will take the same path).
-    pub fn same_ranks_as(&self, win: ffi::MPI_Win) -> bool {
+    fn same_ranks_as(&self, win: ffi::MPI_Win) -> bool {
         // SAFETY: plain MPI queries; groups created here are freed here.
         unsafe {
             let mut wg: ffi::MPI_Group = std::mem::zeroed();
@@ -105,4 +105,20 @@ impl MpiConduit {
                 && (res == ffi::RSMPI_IDENT || res == ffi::RSMPI_SIMILAR)
         }
     }
+}
+
+/// A barrier of `c`'s ranks that serves the library while it waits (0 = success; a
+/// transport other than MPI has nothing to do).
+pub fn serving_barrier(c: &dyn crate::conduit::Conduit, serve: &mut dyn FnMut() -> usize) -> c_int {
+    match c.as_any().downcast_ref::<MpiConduit>() {
+        Some(m) => m.serving_barrier(serve),
+        None => ffi::MPI_SUCCESS as c_int,
+    }
+}
+
+/// True when `win`'s group is exactly `c`'s ranks.
+pub fn same_ranks_as(c: &dyn crate::conduit::Conduit, win: ffi::MPI_Win) -> bool {
+    c.as_any()
+        .downcast_ref::<MpiConduit>()
+        .is_some_and(|m| m.same_ranks_as(win))
 }

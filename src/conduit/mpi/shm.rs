@@ -1,0 +1,194 @@
+//! The node-shared mapping: the library heaps of the ranks on one node in one MPI
+//! shared-memory window, so a node peer's heap is plain memory here (GASNet's PSHM).
+//!
+//! Guarantees: see [`SharedHeaps`]. Room in /dev/shm is checked with the node before
+//! the collective allocation (a full tmpfs gives SIGBUS on first touch, not an
+//! error); without room the node's ranks fall back together to MPI RMA.
+
+use super::{boot::check, mib, H};
+use crate::bail;
+use crate::runtime::error::Result;
+use crate::runtime::os;
+use mpi::ffi;
+use std::os::raw::{c_int, c_void};
+
+/// The library heaps of the ranks on this node, in one MPI shared-memory window
+/// (`MPI_Win_allocate_shared` on the node's communicator), so each rank sees the
+/// others' heaps in its own address space and a put or get to them is a memory copy
+/// (GASNet's PSHM idea). The heap window of `MPI_Win_create` is still created over
+/// the same memory for ranks on other nodes.
+///
+/// Guarantees: `base` is page-aligned and `[base, base + len)` lies in this rank's
+/// segment; `views[i]` is where node member `members[i]`'s segment starts in our
+/// address space. Freed once, at finalize, after the windows over it.
+pub(super) struct SharedHeaps {
+    pub(super) win: H<ffi::MPI_Win>,
+    pub(super) node: H<ffi::MPI_Comm>,
+    pub(super) raw: usize,
+    pub(super) base: usize,
+    pub(super) len: usize,
+    /// Ranks (of the conduit's communicator) on this node, and their segments here.
+    pub(super) members: Vec<usize>,
+    pub(super) views: Vec<usize>,
+}
+
+impl SharedHeaps {
+    pub(super) fn new(comm: ffi::MPI_Comm, heap_size: usize) -> Result<SharedHeaps> {
+        let page = os::page_size();
+        let len = os::page_span(0, heap_size).1.max(page);
+        let (node, members) = node_members(comm)?;
+        // SAFETY (whole block): plain MPI calls on a valid communicator with
+        // out-parameters that live on this stack frame; every handle created is
+        // either returned (and freed at finalize) or freed on the error path.
+        unsafe {
+            let free_node = |mut n: ffi::MPI_Comm| {
+                ffi::MPI_Comm_free(&mut n);
+            };
+            let members_n = members.len() as c_int;
+            if let Err(e) = room_on_node(node, (len + page) as u64 * members_n as u64 * 2) {
+                free_node(node);
+                return Err(e);
+            }
+            let mut info: ffi::MPI_Info = std::mem::zeroed();
+            ffi::MPI_Info_create(&mut info);
+            ffi::MPI_Info_set(info, c"alloc_shared_noncontig".as_ptr(), c"true".as_ptr());
+            let mut raw: *mut c_void = std::ptr::null_mut();
+            let mut win: ffi::MPI_Win = std::mem::zeroed();
+            let rc = ffi::MPI_Win_allocate_shared(
+                (len + page) as ffi::MPI_Aint,
+                1,
+                info,
+                node,
+                &mut raw as *mut *mut c_void as *mut c_void,
+                &mut win,
+            );
+            ffi::MPI_Info_free(&mut info);
+            if let Err(e) = check(rc, || "MPI_Win_allocate_shared (library heaps)".into()) {
+                free_node(node);
+                return Err(e);
+            }
+            ffi::MPI_Win_set_errhandler(win, ffi::RSMPI_ERRORS_RETURN);
+            let raw = raw as usize;
+            let base = (raw + page - 1) & !(page - 1);
+            // Where the segments of this node's ranks are here.
+            let n = members_n;
+            let mut views = Vec::with_capacity(n as usize);
+            let mut bad = None;
+            for q in 0..n {
+                let (mut sz, mut du, mut p): (ffi::MPI_Aint, c_int, *mut c_void) =
+                    (0, 0, std::ptr::null_mut());
+                let rc = ffi::MPI_Win_shared_query(
+                    win,
+                    q,
+                    &mut sz,
+                    &mut du,
+                    &mut p as *mut *mut c_void as *mut c_void,
+                );
+                if rc != ffi::MPI_SUCCESS as c_int || (sz as usize) < len + page {
+                    bad.get_or_insert(crate::err!(
+                        Mpi,
+                        "MPI_Win_shared_query({}) gave {} bytes",
+                        q,
+                        sz
+                    ));
+                }
+                views.push(p as usize);
+            }
+            if let Some(e) = bad {
+                ffi::MPI_Win_free(&mut win);
+                free_node(node);
+                return Err(e);
+            }
+            Ok(SharedHeaps {
+                win: H(win),
+                node: H(node),
+                raw,
+                base,
+                len,
+                members,
+                views,
+            })
+        }
+    }
+
+    /// # Safety
+    /// Once, after no window over the heap remains and no access to it can come.
+    pub(super) unsafe fn free(&self, note: &mut impl FnMut(Result<()>)) {
+        let (mut w, mut c) = (self.win.0, self.node.0);
+        // SAFETY: handles we created; the caller's contract says nobody uses them.
+        unsafe {
+            note(check(ffi::MPI_Win_free(&mut w), || {
+                "MPI_Win_free (shared heaps)".into()
+            }));
+            note(check(ffi::MPI_Comm_free(&mut c), || {
+                "MPI_Comm_free (node)".into()
+            }));
+        }
+    }
+}
+
+/// The ranks of `comm` that share this node (`MPI_COMM_TYPE_SHARED`), and the node
+/// communicator (the caller frees it).
+/// Shared segments live in a tmpfs (/dev/shm): one that is too small gives SIGBUS on
+/// first touch, not an error, so check the room first. Every rank of the node must
+/// make the same choice (the allocation is collective), hence the reduction on the
+/// node's communicator.
+fn room_on_node(node: ffi::MPI_Comm, need: u64) -> Result<()> {
+    let room = os::tmpfs_available("/dev/shm").unwrap_or(u64::MAX);
+    let ok_here: c_int = (room >= need) as c_int;
+    let mut ok_all: c_int = 0;
+    // SAFETY: one int in, one out, on the node's communicator (every node rank calls).
+    let rc = unsafe {
+        ffi::PMPI_Allreduce(
+            &ok_here as *const c_int as *const c_void,
+            &mut ok_all as *mut c_int as *mut c_void,
+            1,
+            ffi::RSMPI_INT32_T,
+            ffi::RSMPI_MIN,
+            node,
+        )
+    };
+    if rc != ffi::MPI_SUCCESS as c_int || ok_all == 0 {
+        bail!(
+            NoMemory,
+            "node-shared heaps need {} in /dev/shm, {} is free on some rank of this node: \
+             enlarge /dev/shm, or set FH_SHM=0",
+            mib(need),
+            mib(room)
+        );
+    }
+    Ok(())
+}
+
+pub(super) fn node_members(comm: ffi::MPI_Comm) -> Result<(ffi::MPI_Comm, Vec<usize>)> {
+    // SAFETY: plain MPI calls with out-parameters on this frame; groups are freed.
+    unsafe {
+        let mut node: ffi::MPI_Comm = std::mem::zeroed();
+        check(
+            ffi::MPI_Comm_split_type(
+                comm,
+                ffi::RSMPI_COMM_TYPE_SHARED as c_int,
+                0,
+                ffi::RSMPI_INFO_NULL,
+                &mut node,
+            ),
+            || "MPI_Comm_split_type(SHARED)".into(),
+        )?;
+        let mut n: c_int = 0;
+        ffi::MPI_Comm_size(node, &mut n);
+        let (mut g_node, mut g_comm) = (std::mem::zeroed(), std::mem::zeroed());
+        ffi::MPI_Comm_group(node, &mut g_node);
+        ffi::MPI_Comm_group(comm, &mut g_comm);
+        let local: Vec<c_int> = (0..n).collect();
+        let mut members = vec![0 as c_int; n as usize];
+        let rc =
+            ffi::MPI_Group_translate_ranks(g_node, n, local.as_ptr(), g_comm, members.as_mut_ptr());
+        ffi::MPI_Group_free(&mut g_node);
+        ffi::MPI_Group_free(&mut g_comm);
+        if let Err(e) = check(rc, || "MPI_Group_translate_ranks".into()) {
+            ffi::MPI_Comm_free(&mut node);
+            return Err(e);
+        }
+        Ok((node, members.iter().map(|&m| m as usize).collect()))
+    }
+}
