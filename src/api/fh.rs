@@ -20,7 +20,7 @@
 //! Handler context: the move and answer handlers never wait; the local table is
 //! locked for a bounded time (no polling under any table lock).
 
-use super::am::{self, Token};
+use super::am::{self, LibHandler, Token};
 use super::ctx::CtxInner;
 use super::wire::{Category, Frame};
 use crate::firehose::local::{Held, LocalBegin, LocalTable, Pinner};
@@ -35,9 +35,6 @@ use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-
-pub const H_FH_MOVE: u8 = 5;
-pub const H_FH_ANSWER: u8 = 6;
 
 /// Answer entry kinds.
 const KIND_UNIT: u64 = 0;
@@ -950,7 +947,14 @@ impl CtxInner {
             kind,
             flags,
         ];
-        if let Err(e) = self.am_request(rank, Category::Medium, H_FH_MOVE, &args, &payload, None) {
+        if let Err(e) = self.am_request(
+            rank,
+            Category::Medium,
+            LibHandler::FhMove as u8,
+            &args,
+            &payload,
+            None,
+        ) {
             fh.moves.lock().remove(&id);
             fh.peers[rank].lock().abort_move(id);
             return Err(e);
@@ -1137,7 +1141,14 @@ impl CtxInner {
         let list = std::mem::take(&mut *self.fh.parked.lock());
         for pm in list {
             let reply = |args: &[u64], payload: &[u8]| {
-                let _ = self.am_request(pm.src, Category::Medium, H_FH_ANSWER, args, payload, None);
+                let _ = self.am_request(
+                    pm.src,
+                    Category::Medium,
+                    LibHandler::FhAnswer as u8,
+                    args,
+                    payload,
+                    None,
+                );
             };
             // Parks itself again if the unit is still being pinned.
             process_move(self, pm.src, &pm.args, &pm.payload, &reply);
@@ -1719,9 +1730,14 @@ impl CtxInner {
                     CARRY_NONE,
                     if pp.write { MOVE_WRITE } else { 0 },
                 ];
-                if let Err(e) =
-                    self.am_request(pp.rank, Category::Medium, H_FH_MOVE, &args, &payload, None)
-                {
+                if let Err(e) = self.am_request(
+                    pp.rank,
+                    Category::Medium,
+                    LibHandler::FhMove as u8,
+                    &args,
+                    &payload,
+                    None,
+                ) {
                     fh.moves.lock().remove(&id);
                     fh.peers[pp.rank].lock().abort_move(id);
                     return Err(e);
@@ -1916,10 +1932,29 @@ fn read_u64s(b: &[u8], n: usize) -> Option<Vec<u64>> {
 /// nrel u64 releases, npins (a, b) pairs, then for a carried put its op_len bytes.
 /// Answer: args [id, status, n, done], payload: n (kind, start, end) triples, then for
 /// a carried get (done) its op_len bytes.
+/// Firehose: the move protocol's handlers, pins waiting for answers (progress), and
+/// unpinning everything at finalize.
+pub(crate) static SUBSYSTEM: super::ctx::Subsystem = super::ctx::Subsystem {
+    name: "firehose",
+    handlers: &[
+        (LibHandler::FhMove, handle_move),
+        (LibHandler::FhAnswer, handle_answer),
+    ],
+    progress: Some(CtxInner::fh_progress_pins),
+    shutdown: Some(CtxInner::fh_shutdown),
+};
+
 pub(crate) fn handle_move(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     let a = f.args();
     let reply = |args: &[u64], payload: &[u8]| {
-        let _ = ctx.am_reply(tok, Category::Medium, H_FH_ANSWER, args, payload, None);
+        let _ = ctx.am_reply(
+            tok,
+            Category::Medium,
+            LibHandler::FhAnswer as u8,
+            args,
+            payload,
+            None,
+        );
     };
     if a.len() != 7 {
         // Malformed: refuse it (the mover waits for an answer, so never drop it).

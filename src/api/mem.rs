@@ -8,7 +8,7 @@
 //! holder to drop the region and flush its operations (`H_INVALIDATE`) and waits for
 //! all acknowledgements before detaching: no rank keeps using a stale registration.
 
-use super::am::{self, Token, H_INVAL_ACK};
+use super::am::{self, LibHandler, Token};
 use super::ctx::CtxInner;
 use super::stats::Stats;
 use super::wire::{Category, Frame};
@@ -326,9 +326,14 @@ impl CtxInner {
         let mut first = Ok(());
         for &(h, s, e) in targets {
             let args = [s as u64, e as u64, id, epoch];
-            if let Err(err) =
-                self.am_request(h, Category::Short, am::H_INVALIDATE, &args, &[], None)
-            {
+            if let Err(err) = self.am_request(
+                h,
+                Category::Short,
+                LibHandler::Invalidate as u8,
+                &args,
+                &[],
+                None,
+            ) {
                 // Could not reach the holder: do not wait for its ack.
                 *self.invals.lock().get_mut(&id).expect("present") -= 1;
                 if first.is_ok() {
@@ -357,6 +362,17 @@ impl CtxInner {
     }
 }
 
+/// Invalidation of memory peers cached (its handlers; no hooks).
+pub(crate) static SUBSYSTEM: super::ctx::Subsystem = super::ctx::Subsystem {
+    name: "memory",
+    handlers: &[
+        (LibHandler::Invalidate, handle_invalidate),
+        (LibHandler::InvalAck, handle_inval_ack),
+    ],
+    progress: None,
+    shutdown: None,
+};
+
 /// Holder side: forget `[start, end)` of the sender, complete our operations to it,
 /// then acknowledge. Args [start, end, id, epoch].
 pub(crate) fn handle_invalidate(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
@@ -372,7 +388,14 @@ pub(crate) fn handle_invalidate(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
         ctx.record_async_error(e);
     }
     Stats::add(&ctx.stats.invalidations_handled, 1);
-    let _ = ctx.am_reply(tok, Category::Short, H_INVAL_ACK, &[a[2]], &[], None);
+    let _ = ctx.am_reply(
+        tok,
+        Category::Short,
+        LibHandler::InvalAck as u8,
+        &[a[2]],
+        &[],
+        None,
+    );
 }
 
 pub(crate) fn handle_inval_ack(ctx: &CtxInner, _tok: &Token, f: &Frame<'_>) {

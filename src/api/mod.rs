@@ -3,6 +3,7 @@
 //! trait only; the ffi layer above is a thin validation + translation shell.
 
 pub mod am;
+pub mod context;
 pub mod ctx;
 pub mod fh;
 pub mod heap;
@@ -17,7 +18,8 @@ pub mod sync;
 pub mod wire;
 
 pub use crate::conduit::Launch;
-pub use ctx::{Context, CtxInner};
+pub use context::Context;
+pub use ctx::CtxInner;
 
 /// Have `hook` run when the transport is shut down under the library (the program
 /// calls `MPI_Finalize` while contexts are live): the C boundary finalizes them.

@@ -720,6 +720,7 @@ impl CtxInner {
 
     /// Called from every poll: issue the deferred transfers whose moves were
     /// answered (so their references do the work they were taken for at once).
+    /// The progress hook: deferred non-blocking transfers whose moves were answered.
     pub(crate) fn rma_progress(&self) {
         let list = {
             let g = self.rma.inner.lock();
@@ -1007,3 +1008,11 @@ impl CtxInner {
         g.slots.iter().filter(|s| s.op.is_some()).count()
     }
 }
+
+/// RMA: issues deferred transfers as their firehose moves are answered.
+pub(crate) static SUBSYSTEM: super::ctx::Subsystem = super::ctx::Subsystem {
+    name: "rma",
+    handlers: &[],
+    progress: Some(CtxInner::rma_progress),
+    shutdown: None,
+};

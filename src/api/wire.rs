@@ -17,6 +17,26 @@ pub const MAGIC: u8 = 0xA1;
 pub const HEADER: usize = 20;
 pub const MAX_ARGS: usize = 16;
 
+/// The library's AM handler indices (3..=127; 0..=2 unused, 128..=255 the
+/// application's). Each subsystem registers the handlers of its ids with the
+/// context (`api::context`); the engine never names a subsystem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum LibHandler {
+    /// `mem`: drop a range of the sender's memory from every cache, then ack.
+    Invalidate = 3,
+    /// `mem`: the acknowledgement.
+    InvalAck = 4,
+    /// Firehose: a move request (seed 000 §3.2).
+    FhMove = 5,
+    /// Firehose: the move's answer.
+    FhAnswer = 6,
+    /// rpipe: the open handshake.
+    RpipeHello = 7,
+    /// rpipe: the close handshake.
+    RpipeBye = 8,
+}
+
 /// Frame kinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Category {

@@ -20,7 +20,7 @@
 
 use super::heap::Policy;
 use super::pipe::{Ends, Pipe, Shape, Transfer, UNIT, WIDTH_MAX};
-use crate::api::am::{self, Token};
+use crate::api::am::{self, LibHandler, Token};
 use crate::api::wire::{Category, Frame};
 use crate::api::CtxInner;
 use crate::runtime::error::Result;
@@ -30,8 +30,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-pub const H_RPIPE_HELLO: u8 = 7;
-pub const H_RPIPE_BYE: u8 = 8;
 /// Unmatched HELLOs/BYEs kept per context.
 pub const MAX_PENDING: usize = 1 << 16;
 
@@ -219,7 +217,14 @@ pub fn open_checked(ctx: &Arc<CtxInner>, peer: i64, spec: Result<Spec>) -> Resul
         inbox as u64,
         outbox as u64,
     ];
-    if let Err(e) = ctx.am_request(peer, Category::Short, H_RPIPE_HELLO, &args, &[], None) {
+    if let Err(e) = ctx.am_request(
+        peer,
+        Category::Short,
+        LibHandler::RpipeHello as u8,
+        &args,
+        &[],
+        None,
+    ) {
         free_blocks(&blocks);
         return Err(e);
     }
@@ -364,7 +369,7 @@ impl Pipe {
         ctx.am_request(
             self.peer,
             Category::Short,
-            H_RPIPE_BYE,
+            LibHandler::RpipeBye as u8,
             &[self.id],
             &[],
             None,
@@ -391,6 +396,17 @@ fn refuse(ctx: &CtxInner, src: usize, what: &str) {
         src
     ));
 }
+
+/// rpipe: the open and close handshakes.
+pub(crate) static SUBSYSTEM: crate::api::ctx::Subsystem = crate::api::ctx::Subsystem {
+    name: "rpipe",
+    handlers: &[
+        (LibHandler::RpipeHello, handle_hello),
+        (LibHandler::RpipeBye, handle_bye),
+    ],
+    progress: None,
+    shutdown: None,
+};
 
 pub(crate) fn handle_hello(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     let a = f.args();

@@ -58,6 +58,14 @@ impl SyncState {
     }
 }
 
+/// Synchronisation: advances a split-phase barrier in every poll.
+pub(crate) static SUBSYSTEM: crate::api::ctx::Subsystem = crate::api::ctx::Subsystem {
+    name: "sync",
+    handlers: &[],
+    progress: Some(CtxInner::sync_progress),
+    shutdown: None,
+};
+
 /// Every live context of the process: a rank blocked in one context's wait still
 /// forwards the split-phase barrier flags of its other contexts (as MPI progresses
 /// every communicator), so ranks waiting on two contexts in different orders meet.

@@ -13,8 +13,12 @@
 //! long destination the target has not registered, or a malformed frame is refused
 //! (counted, and the sender told with a `Refused` control frame) — never a fault.
 //!
-//! Handler indices: 0..=127 are the library's (`FH_AM_INDEX_LIB_MAX`), 128..=255 the
-//! application's (`FH_AM_INDEX_USER_MIN`..`FH_AM_INDEX_USER_MAX`).
+//! The state (handler table, credits, tokens) is in [`table`]; this file is the
+//! engine: registration, sending, replying, dispatch.
+
+pub mod table;
+
+pub use table::*;
 
 use super::ctx::CtxInner;
 use super::stats::Stats;
@@ -23,178 +27,17 @@ use crate::conduit::{LongIn, LongSrc};
 use crate::runtime::error::{Error, Result, Status};
 use crate::runtime::os;
 use crate::{bail, err};
-use parking_lot::RwLock;
-use std::cell::Cell;
 use std::os::raw::c_void;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-pub const INDEX_USER_MIN: usize = 128;
-pub const INDEX_USER_MAX: usize = 255;
-
-/// Library handler indices.
-pub const H_INVALIDATE: u8 = 3;
-pub const H_INVAL_ACK: u8 = 4;
-
-/// The C handler signature (see `fh_am_handler_t`).
-pub type HandlerFn =
-    unsafe extern "C" fn(*mut Token, *mut c_void, usize, *const u64, usize, *mut c_void);
-/// A library-internal handler.
-pub type InternalFn = fn(&CtxInner, &Token, &Frame<'_>);
-
-#[derive(Clone, Copy)]
-pub enum Handler {
-    User { f: HandlerFn, user: usize },
-    Internal(InternalFn),
-}
-
-const TOKEN_MAGIC: u64 = 0x746f_6b65_6e5f_6668;
-
-/// Opaque token passed to an AM handler: names the message's source and is the
-/// only way to reply. Valid only during that handler call.
-pub struct Token {
-    magic: u64,
-    ctx: *const CtxInner,
-    pub src: usize,
-    pub is_request: bool,
-    replied: Cell<bool>,
-}
+use std::sync::atomic::Ordering;
 
 impl Token {
-    /// Validate a token pointer handed back by C.
-    ///
-    /// # Safety
-    /// `p` must be null or point to readable memory of `Token` size (a token the
-    /// library passed to a handler that is still running).
-    pub unsafe fn from_ptr<'a>(p: *const Token) -> Result<&'a Token> {
-        if p.is_null() {
-            bail!(InvalidArg, "token is NULL");
-        }
-        // SAFETY: non-null and, by the caller's contract, a live token.
-        let t = unsafe { &*p };
-        if t.magic != TOKEN_MAGIC {
-            bail!(InvalidArg, "not a firehose AM token (tokens are only valid inside the handler they were passed to)");
-        }
-        Ok(t)
-    }
-
+    /// The context dispatching this token's frame.
     pub fn ctx(&self) -> &CtxInner {
         // SAFETY: a token only exists on the dispatcher's stack while the context
-        // that dispatches it is alive (it borrows it for the handler's duration).
-        unsafe { &*self.ctx }
+        // that dispatches it is alive (it borrows it for the handler's duration),
+        // and `dispatch` erased exactly a `&CtxInner` into it.
+        unsafe { &*(self.ctx as *const CtxInner) }
     }
-}
-
-struct Peer {
-    /// Credits we may still spend on requests to this peer.
-    /// Invariant: 0 <= avail <= FH_AM_CREDITS.
-    avail: AtomicUsize,
-    /// Credits we owe this peer (its requests we received and did not yet credit).
-    owed: AtomicUsize,
-}
-
-impl Peer {
-    /// Take one credit if there is one.
-    fn try_acquire(&self) -> bool {
-        self.avail
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| a.checked_sub(1))
-            .is_ok()
-    }
-
-    /// Take what we owe, for a frame going to this peer (at most u16::MAX).
-    fn take_owed(&self) -> u16 {
-        let n = self.owed.swap(0, Ordering::AcqRel);
-        if n > u16::MAX as usize {
-            self.owed.fetch_add(n - u16::MAX as usize, Ordering::AcqRel);
-            return u16::MAX;
-        }
-        n as u16
-    }
-
-    fn give_back(&self, credits: u16) {
-        self.owed.fetch_add(credits as usize, Ordering::AcqRel);
-    }
-}
-
-pub struct AmState {
-    handlers: RwLock<Vec<Option<Handler>>>,
-    peers: Vec<Peer>,
-    credits: usize,
-    threshold: usize,
-}
-
-thread_local! {
-    static IN_HANDLER: Cell<bool> = const { Cell::new(false) };
-}
-
-/// True while this thread runs an AM handler.
-/// Handlers running right now in this process (any context, any thread). Lets the
-/// fast paths skip the thread-local lookup (a call into the dynamic loader's TLS code
-/// in a shared library) when no handler runs anywhere.
-static HANDLERS_RUNNING: AtomicUsize = AtomicUsize::new(0);
-
-#[inline]
-pub fn in_handler() -> bool {
-    HANDLERS_RUNNING.load(Ordering::Acquire) != 0 && IN_HANDLER.with(|h| h.get())
-}
-
-/// Run `f` as if it were a handler (library callbacks: blocking calls refuse).
-pub fn run_as_handler<R>(f: impl FnOnce() -> R) -> R {
-    HANDLERS_RUNNING.fetch_add(1, Ordering::AcqRel);
-    let prev = IN_HANDLER.with(|h| h.replace(true));
-    let r = f();
-    IN_HANDLER.with(|h| h.set(prev));
-    HANDLERS_RUNNING.fetch_sub(1, Ordering::AcqRel);
-    r
-}
-
-/// Calls that block or send requests are not allowed in handlers.
-#[inline]
-pub fn check_not_in_handler(what: &str) -> Result<()> {
-    if in_handler() {
-        return Err(in_handler_error(what));
-    }
-    Ok(())
-}
-
-#[cold]
-#[inline(never)]
-fn in_handler_error(what: &str) -> crate::runtime::error::Error {
-    err!(
-        State,
-        "{} may not be called from inside an AM handler (handlers must not block; only replies are allowed)",
-        what
-    )
-}
-
-impl AmState {
-    pub fn new(size: usize, credits: usize) -> AmState {
-        let mut h: Vec<Option<Handler>> = vec![None; 256];
-        h[H_INVALIDATE as usize] = Some(Handler::Internal(super::mem::handle_invalidate));
-        h[H_INVAL_ACK as usize] = Some(Handler::Internal(super::mem::handle_inval_ack));
-        h[super::fh::H_FH_MOVE as usize] = Some(Handler::Internal(super::fh::handle_move));
-        h[super::fh::H_FH_ANSWER as usize] = Some(Handler::Internal(super::fh::handle_answer));
-        h[super::rpipe::open::H_RPIPE_HELLO as usize] =
-            Some(Handler::Internal(super::rpipe::open::handle_hello));
-        h[super::rpipe::open::H_RPIPE_BYE as usize] =
-            Some(Handler::Internal(super::rpipe::open::handle_bye));
-        AmState {
-            handlers: RwLock::new(h),
-            peers: (0..size)
-                .map(|_| Peer {
-                    avail: AtomicUsize::new(credits),
-                    owed: AtomicUsize::new(0),
-                })
-                .collect(),
-            credits,
-            threshold: (credits / 2).max(1),
-        }
-    }
-}
-
-/// A long payload to send.
-pub struct LongOut<'a> {
-    pub dst: usize,
-    pub data: &'a [u8],
 }
 
 impl CtxInner {
@@ -498,7 +341,7 @@ impl CtxInner {
         src: usize,
         is_request: bool,
         f: &Frame<'_>,
-        handler: Option<Handler>,
+        handler: Option<Handler<super::ctx::LibHandlerFn>>,
         long: Option<&mut dyn LongIn>,
     ) -> Result<()> {
         let Some(handler) = handler else {
@@ -533,13 +376,7 @@ impl CtxInner {
                 (dst as *mut c_void, len)
             }
         };
-        let tok = Token {
-            magic: TOKEN_MAGIC,
-            ctx: self as *const CtxInner,
-            src,
-            is_request,
-            replied: Cell::new(false),
-        };
+        let tok = Token::new(self as *const CtxInner as *const (), src, is_request);
         HANDLERS_RUNNING.fetch_add(1, Ordering::AcqRel);
         let prev = IN_HANDLER.with(|h| h.replace(true));
         let r = match handler {
