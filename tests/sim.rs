@@ -91,7 +91,10 @@ fn unmapped(len: usize) -> usize {
 #[test]
 fn any_mapped_memory_works_and_unmapped_is_refused_by_the_target() {
     let (w, c) = world(2, |_| {});
-    let victim = vec![7u8; 256];
+    // 256 bytes inside one page (page mode: the put below must be one unit).
+    let backing = vec![7u8; 3 * 4096];
+    let off = 4096 - backing.as_ptr() as usize % 4096;
+    let victim = &backing[off..off + 256];
     let src = [1u8; 16];
     // Plain (unregistered) memory of the target: firehose pins it on demand.
     c[0].put(1, victim.as_ptr() as usize + 8, src.as_ptr() as usize, 16)

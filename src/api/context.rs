@@ -5,7 +5,6 @@
 
 use super::am::AmState;
 use super::ctx::{CtxInner, State, Subsystem};
-use super::fh::FhState;
 use super::heap::Heap;
 use super::rma::RmaState;
 use super::stats::Stats;
@@ -15,6 +14,7 @@ use crate::conduit::sim::SimWorld;
 use crate::conduit::{Conduit, Launch};
 use crate::firehose::params::Params;
 use crate::firehose::registry::{LocalRegions, RemoteCache};
+use crate::firehose::state::{FhState, Invalidations};
 use crate::runtime::config::{Config, Progress};
 use crate::runtime::error::Result;
 use parking_lot::Mutex;
@@ -397,7 +397,7 @@ fn build(
         rpipe: Default::default(),
         invals: Mutex::new(HashMap::new()),
         inval_epoch: AtomicU64::new(0),
-        inval_seen: super::mem::Invalidations::new(size),
+        inval_seen: Invalidations::new(size),
         next_id: AtomicU64::new(1),
         async_err: Mutex::new(None),
         async_pending: AtomicBool::new(false),

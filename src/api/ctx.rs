@@ -10,14 +10,14 @@
 //! next `fh_poll`, never dropped.
 
 use super::am::table::{self as am, AmState, LibHandler, Token};
-use super::fh::FhState;
 use super::heap::Heap;
-use super::rma::RmaState;
+use super::rma::handles::RmaState;
 use super::stats::Stats;
 use super::wire::Frame;
 use crate::conduit::Conduit;
 use crate::err;
 use crate::firehose::registry::{LocalRegions, RemoteCache};
+use crate::firehose::state::{FhState, Invalidations};
 use crate::runtime::config::Config;
 use crate::runtime::error::{Error, Result};
 use parking_lot::Mutex;
@@ -76,22 +76,22 @@ pub struct CtxInner {
     pub internal: usize,
     /// Offset of the registration table from every heap's base (`api::regtab`).
     pub regtab_off: usize,
-    pub regtab: super::regtab::RegTab,
+    pub regtab: super::regtab::table::RegTab,
     pub remote: RemoteCache,
     pub stats: Stats,
     /// Firehose: tables, moves in flight, explicit pins (`api::fh`).
     pub fh: FhState,
     /// rpipe handshakes and open pipes (`api::rpipe`).
-    pub rpipe: super::rpipe::RpipeState,
+    pub rpipe: super::rpipe::state::RpipeState,
     /// Atomics' helpers, locks, barriers, collectives (`api::sync`).
-    pub sync: super::sync::SyncState,
+    pub sync: super::sync::state::SyncState,
     /// Outstanding invalidations: id -> acks still missing.
     pub(crate) invals: Mutex<HashMap<u64, usize>>,
     /// Target side: bumped by every invalidation this rank sends; move answers carry
     /// the value they were made under (see `mem::Invalidations`).
     pub(crate) inval_epoch: AtomicU64,
     /// Holder side: recent invalidations received, per sender.
-    pub(crate) inval_seen: super::mem::Invalidations,
+    pub(crate) inval_seen: Invalidations,
     pub(crate) next_id: AtomicU64,
     /// First asynchronous error not yet reported, and how many more occurred.
     pub(crate) async_err: Mutex<Option<(Error, u64)>>,

@@ -269,43 +269,6 @@ impl CtxInner {
     }
 }
 
-/// Invalidations a holder received, per sender: `(epoch, start, end)`, the most
-/// recent few. The conduit may hand two frames of one sender over in another order
-/// than they were sent (receives complete out of order), so a move answer made
-/// *before* an invalidation can arrive *after* it: its units for that range are
-/// stale (the target dropped our holder bit when we acknowledged) and must not be
-/// entered. Answers carry the sender's epoch; see [`Invalidations::stale`].
-pub struct Invalidations(Vec<parking_lot::Mutex<std::collections::VecDeque<(u64, usize, usize)>>>);
-
-/// Invalidations remembered per sender (older ones: an answer that old is long gone).
-const SEEN_KEEP: usize = 64;
-
-impl Invalidations {
-    pub fn new(ranks: usize) -> Invalidations {
-        Invalidations(
-            (0..ranks)
-                .map(|_| parking_lot::Mutex::new(Default::default()))
-                .collect(),
-        )
-    }
-
-    fn note(&self, src: usize, epoch: u64, a: usize, b: usize) {
-        let mut q = self.0[src].lock();
-        if q.len() == SEEN_KEEP {
-            q.pop_front();
-        }
-        q.push_back((epoch, a, b));
-    }
-
-    /// Was `[a, b)` of `src` invalidated after an answer made under `epoch`?
-    pub fn stale(&self, src: usize, epoch: u64, a: usize, b: usize) -> bool {
-        self.0[src]
-            .lock()
-            .iter()
-            .any(|&(e, s, t)| e > epoch && s < b && t > a)
-    }
-}
-
 impl CtxInner {
     /// Tell every `(rank, start, end)` to forget that range of ours and complete its
     /// operations there, and wait for all acknowledgements (so no access lands there

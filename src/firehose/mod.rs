@@ -13,13 +13,17 @@
 //! - [`registry`]: explicitly registered regions (`fh_mem_register`), which act as
 //!   prepinned memory.
 //!
+//! - [`state`]: a context's Firehose state (tables, gates, moves in flight,
+//!   explicit pins, counters) and the move protocol's wire constants.
+//!
 //! The move protocol that connects the tables across ranks (AM handlers, put/get
-//! integration, the explicit pin API) lives one layer up in `api::fh`; everything
-//! here is pure data structure, tested against models.
+//! integration, the explicit pin API) runs one layer up in `api::fh`, against the
+//! context; everything here is pure data structure, tested against models.
 
 pub mod local;
 pub mod params;
 pub mod registry;
 pub mod remote;
 pub mod smp;
+pub mod state;
 pub mod victim;

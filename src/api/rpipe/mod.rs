@@ -18,6 +18,7 @@ pub mod heap;
 pub mod open;
 pub mod pipe;
 pub mod slots;
+pub mod state;
 
 pub use heap::Policy;
 pub use open::{open, open_checked, Role, RpipeState, Spec};

@@ -25,10 +25,8 @@ use crate::api::wire::{Category, Frame};
 use crate::api::CtxInner;
 use crate::runtime::error::Result;
 use crate::{bail, err};
-use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 /// Unmatched HELLOs/BYEs kept per context.
 pub const MAX_PENDING: usize = 1 << 16;
@@ -83,20 +81,8 @@ fn policy_code(p: Policy) -> u64 {
     }
 }
 
-/// HELLO arguments: k, ok, role, width, flags (1 duplex, 2 pull), policy, inbox, outbox.
-const HELLO_ARGS: usize = 8;
-
-#[derive(Default)]
-pub struct RpipeState {
-    /// Opens made towards each peer so far.
-    next: Mutex<HashMap<usize, u64>>,
-    /// HELLOs arrived and not yet taken: (src, k) -> arguments.
-    hellos: Mutex<HashMap<(usize, u64), [u64; HELLO_ARGS]>>,
-    /// BYEs arrived and not yet taken.
-    byes: Mutex<HashSet<(usize, u64)>>,
-    /// Open pipes, to tell one its peer said BYE.
-    open: Mutex<HashMap<(usize, u64), Weak<Pipe>>>,
-}
+pub use super::state::RpipeState;
+use super::state::HELLO_ARGS;
 
 impl Spec {
     fn check(&self) -> Result<()> {
@@ -262,7 +248,7 @@ pub fn open_checked(ctx: &Arc<CtxInner>, peer: i64, spec: Result<Spec>) -> Resul
     ctx.rpipe
         .open
         .lock()
-        .insert((peer, k), Arc::downgrade(&pipe));
+        .insert((peer, k), Arc::downgrade(&pipe.peer_closed));
     if ctx.rpipe.byes.lock().contains(&(peer, k)) {
         pipe.peer_closed.store(true, Ordering::Release);
     }
@@ -429,8 +415,8 @@ pub(crate) fn handle_bye(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
         return refuse(ctx, tok.src, "malformed BYE");
     }
     let key = (tok.src, a[0]);
-    if let Some(p) = ctx.rpipe.open.lock().get(&key).and_then(|w| w.upgrade()) {
-        p.peer_closed.store(true, Ordering::Release);
+    if let Some(closed) = ctx.rpipe.open.lock().get(&key).and_then(|w| w.upgrade()) {
+        closed.store(true, Ordering::Release);
     }
     let mut b = ctx.rpipe.byes.lock();
     if b.len() >= MAX_PENDING {

@@ -220,7 +220,8 @@ pub struct Pipe {
     /// expected there, readable without the lock so an empty poll costs two loads.
     rx_ring: usize,
     rx_next: AtomicU64,
-    pub(super) peer_closed: AtomicBool,
+    /// The peer said BYE (shared with the context's table of open pipes).
+    pub(super) peer_closed: Arc<AtomicBool>,
     pub(super) closed: AtomicBool,
 }
 
@@ -286,7 +287,7 @@ impl Pipe {
             inner: Mutex::new(inner),
             rx_ring,
             rx_next: AtomicU64::new(1),
-            peer_closed: AtomicBool::new(false),
+            peer_closed: Arc::new(AtomicBool::new(false)),
             closed: AtomicBool::new(false),
         }
     }

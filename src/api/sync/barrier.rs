@@ -30,95 +30,9 @@ use crate::runtime::error::Result;
 use crate::{bail, err};
 use std::sync::atomic::Ordering;
 
+pub use super::state::{Barrier, Val, ANONYMOUS};
+use super::state::{Phase, Step};
 pub use crate::runtime::config::BarrierAlgo as Algo;
-
-/// `flags` bit: this rank takes part without an id.
-pub const ANONYMOUS: i32 = 1;
-
-/// What one rank (or a set of ranks) said.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Val {
-    Anon,
-    Named(u64),
-    Mismatch,
-}
-
-impl Val {
-    pub fn of(id: i64, flags: i32) -> Val {
-        if flags & ANONYMOUS != 0 {
-            Val::Anon
-        } else {
-            Val::Named(id as u64)
-        }
-    }
-    pub fn combine(self, o: Val) -> Val {
-        match (self, o) {
-            (Val::Mismatch, _) | (_, Val::Mismatch) => Val::Mismatch,
-            (Val::Anon, x) | (x, Val::Anon) => x,
-            (Val::Named(a), Val::Named(b)) if a == b => Val::Named(a),
-            _ => Val::Mismatch,
-        }
-    }
-    fn encode(self) -> (u64, u64) {
-        match self {
-            Val::Anon => (0, 0),
-            Val::Named(id) => (id, 1),
-            Val::Mismatch => (0, 2),
-        }
-    }
-    fn decode(id: u64, kind: u64) -> Val {
-        match kind {
-            0 => Val::Anon,
-            1 => Val::Named(id),
-            _ => Val::Mismatch,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Step {
-    /// Dissemination: waiting for round `round`'s flag (the flag of every earlier
-    /// round was received and this round's was sent).
-    Diss { round: u32 },
-    /// Tree: children heard from (bit mask); nothing sent up yet.
-    Gather { got: u32 },
-    /// Tree: arrival sent to the parent; waiting for the release.
-    Release,
-    /// MPI_Iallreduce in flight.
-    Mpi,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    Idle,
-    Running { step: Step },
-    Done { result: Val },
-}
-
-/// One context's barrier state. Invariant: `phase != Idle` iff a notify has not yet
-/// been matched by a successful wait/try.
-pub struct Barrier {
-    algo: Algo,
-    /// Epoch of the current (or last) barrier; the first is 1.
-    epoch: u64,
-    id: i64,
-    flags: i32,
-    acc: Val,
-    phase: Phase,
-}
-
-impl Barrier {
-    pub fn new(algo: Algo) -> Barrier {
-        Barrier {
-            algo,
-            epoch: 0,
-            id: 0,
-            flags: ANONYMOUS,
-            acc: Val::Anon,
-            phase: Phase::Idle,
-        }
-    }
-}
 
 fn ceil_log2(n: usize) -> u32 {
     if n <= 1 {

@@ -21,28 +21,12 @@
 //! report mismatched arguments instead of hanging).
 
 use super::area::SLOTS;
+pub use super::state::Chans;
 use crate::api::ctx::CtxInner;
 use crate::conduit::AtomicOp;
 use crate::runtime::error::Result;
 use crate::{bail, err};
 use std::sync::atomic::{fence, Ordering};
-
-/// Per-pair counters of this rank.
-pub struct Chans {
-    /// Chunks sent to each rank.
-    pub sent: Vec<u64>,
-    /// Chunks consumed from each rank.
-    pub rcvd: Vec<u64>,
-}
-
-impl Chans {
-    pub fn new(n: usize) -> Chans {
-        Chans {
-            sent: vec![0; n],
-            rcvd: vec![0; n],
-        }
-    }
-}
 
 /// Tag flag: the last chunk of the sender's stream to this reader in this call.
 pub const LAST: u64 = 1 << 31;

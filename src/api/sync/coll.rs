@@ -17,6 +17,7 @@
 //! thread at a time (a second concurrent caller gets FH_ERR_STATE).
 
 use super::chan::{Chans, Chunk, Desc, ERR, LAST};
+pub use super::state::{postal_tree, CollState, Tree};
 use crate::api::ctx::CtxInner;
 use crate::conduit::AtomicOp;
 use crate::runtime::error::{Error, Result};
@@ -40,55 +41,6 @@ pub const BXOR: i32 = 6;
 
 /// Largest collective payload accepted (bytes).
 pub const MAX_BYTES: usize = 1 << 40;
-
-/// A broadcast tree over *relative* ranks (root = 0).
-#[derive(Clone, Debug)]
-pub struct Tree {
-    pub parent: Vec<usize>,
-    pub children: Vec<Vec<usize>>,
-}
-
-/// The postal-model optimal broadcast tree for `n` ranks and latency `lambda`.
-pub fn postal_tree(n: usize, lambda: u32) -> Tree {
-    let lambda = lambda.max(1) as u64;
-    let mut parent = vec![0; n];
-    let mut children = vec![Vec::new(); n];
-    // (time this rank can send next, rank); min-heap by time, then rank.
-    let mut ready = std::collections::BinaryHeap::new();
-    ready.push(std::cmp::Reverse((0u64, 0usize)));
-    for (next, p) in parent.iter_mut().enumerate().skip(1) {
-        let std::cmp::Reverse((t, r)) = ready.pop().expect("root is always there");
-        *p = r;
-        children[r].push(next);
-        ready.push(std::cmp::Reverse((t + 1, r)));
-        ready.push(std::cmp::Reverse((t + lambda, next)));
-    }
-    Tree { parent, children }
-}
-
-/// Per-context collective state.
-pub struct CollState {
-    pub chans: Chans,
-    /// Collective calls made on this context (the same count on every rank).
-    seq: u64,
-    tree: Option<(u32, Tree)>,
-    /// The last call's rank lists, kept for their capacity (no allocation per call).
-    spare: [Vec<usize>; 3],
-    /// The reduction's accumulator, kept for its capacity.
-    acc: Vec<u8>,
-}
-
-impl CollState {
-    pub fn new(n: usize) -> CollState {
-        CollState {
-            chans: Chans::new(n),
-            seq: 0,
-            tree: None,
-            spare: Default::default(),
-            acc: Vec::new(),
-        }
-    }
-}
 
 /// Bytes of one element of `dt`.
 pub fn dtype_size(dt: i32) -> Result<usize> {

@@ -19,33 +19,13 @@
 //! the queue is `local` (other threads of the rank wait for it first).
 
 use super::area::MAX_LOCKS;
+use super::state::Local;
+pub use super::state::{Lock, LockIds};
 use crate::api::ctx::CtxInner;
 use crate::conduit::AtomicOp;
 use crate::runtime::error::Result;
 use crate::{bail, err};
 use std::sync::atomic::{AtomicU8, Ordering};
-
-/// Lock ids in use on this context (the same on every rank: create/destroy are
-/// collective and called in the same order).
-#[derive(Default)]
-pub struct LockIds {
-    used: Vec<bool>,
-}
-
-/// This rank's use of one lock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-enum Local {
-    Free = 0,
-    /// A thread of this rank is queued or holds it.
-    Busy = 1,
-}
-
-pub struct Lock {
-    pub id: usize,
-    pub home: usize,
-    local: AtomicU8,
-}
 
 const NEXT: usize = 0;
 const LOCKED: usize = 8;

@@ -20,43 +20,15 @@ pub mod barrier;
 pub mod chan;
 pub mod coll;
 pub mod lock;
+pub mod state;
+
+pub use state::SyncState;
+use state::MIN_SPARE;
 
 use crate::api::ctx::CtxInner;
 use crate::runtime::error::Result;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-/// Spare heap every rank keeps beyond the sync area for fh_malloc and rpipe.
-const MIN_SPARE: usize = 64 << 10;
-
-/// Per-context synchronisation state.
-pub struct SyncState {
-    /// `None` when some rank's heap is too small for the area (the calls then return
-    /// FH_ERR_NO_RESOURCE naming FH_HEAP_SIZE).
-    pub area: Option<area::Area>,
-    pub barrier: Mutex<barrier::Barrier>,
-    /// A split-phase barrier is in flight (the progress thread advances it).
-    pub barrier_active: AtomicBool,
-    pub coll: Mutex<coll::CollState>,
-    pub locks: Mutex<lock::LockIds>,
-}
-
-impl SyncState {
-    /// Decide the area for `heaps` (every rank's `(base, len)`): returns the state and
-    /// how many bytes at the start of this rank's heap it reserves.
-    pub fn new(heaps: &[(usize, usize)], algo: barrier::Algo) -> (SyncState, usize) {
-        let a = area::Area::new(heaps.len());
-        let fits = heaps.iter().all(|&(_, l)| l >= a.bytes + MIN_SPARE);
-        let st = SyncState {
-            area: fits.then_some(a),
-            barrier: Mutex::new(barrier::Barrier::new(algo)),
-            barrier_active: AtomicBool::new(false),
-            coll: Mutex::new(coll::CollState::new(heaps.len())),
-            locks: Mutex::new(lock::LockIds::default()),
-        };
-        (st, if fits { a.bytes } else { 0 })
-    }
-}
+use std::sync::atomic::Ordering;
 
 /// Synchronisation: advances a split-phase barrier in every poll.
 pub(crate) static SUBSYSTEM: crate::api::ctx::Subsystem = crate::api::ctx::Subsystem {

@@ -8,6 +8,11 @@
 //! with `FH_ERR_INVALID_ARG` instead of aliasing a newer operation.
 //! Puts complete remotely (the data is visible at the target), gets locally.
 
+pub mod handles;
+
+use handles::{DState, Deferred, DeferredRef, Dir, Op, Started};
+pub use handles::{Handle, RmaState, HANDLE_NULL, NBI_ALL, NBI_GETS, NBI_PUTS};
+
 use super::ctx::CtxInner;
 use super::fh::{Carry, Grant, OpPins};
 use crate::bail;
@@ -16,168 +21,7 @@ use crate::runtime::os;
 use parking_lot::Mutex;
 use std::sync::Arc;
 
-pub type Handle = u64;
-pub const HANDLE_NULL: Handle = 0;
-
-pub const NBI_PUTS: i32 = 1;
-pub const NBI_GETS: i32 = 2;
-pub const NBI_ALL: i32 = 3;
-
-/// A non-blocking transfer whose firehose move is still in flight (seed 002:
-/// non-blocking even on a miss). Progress issues it as soon as its references arrive
-/// (so they never sit idle holding firehoses the rank itself may need); from then on
-/// it completes like any other operation.
-struct Deferred {
-    dir: Dir,
-    rank: usize,
-    remote: usize,
-    local: usize,
-    nbytes: usize,
-    state: DState,
-    /// An implicit-handle transfer (counts for fh_wait_nbi).
-    implicit: bool,
-}
-
-enum DState {
-    /// Its move is in flight.
-    Waiting,
-    /// The references arrived (set by the move's completion); not issued yet.
-    Ready(OpPins),
-    /// Issued as operation `seq` to `rank`.
-    Issued(u64),
-    /// Refused (or issuing failed); the error is reported once.
-    Failed(Option<crate::runtime::error::Error>),
-}
-
-type DeferredRef = Arc<Mutex<Deferred>>;
-
-/// How [`CtxInner::start_deferred`] left a transfer.
-enum Started {
-    /// Issued at once (its firehoses turned out to be live).
-    Issued,
-    /// Waiting for its move.
-    Waiting(DeferredRef),
-}
-
-#[derive(Clone)]
-enum Op {
-    Issued { rank: usize, seq: u64 },
-    Deferred(DeferredRef),
-}
-
-#[derive(Default)]
-struct Slot {
-    gen: u32,
-    op: Option<Op>,
-}
-
-struct Inner {
-    issued: Vec<u64>,
-    /// Invariant: completed[r] <= issued[r].
-    completed: Vec<u64>,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
-    nbi_puts: bool,
-    nbi_gets: bool,
-    /// Transfers waiting for their firehose moves (explicit and implicit handles).
-    deferred: Vec<DeferredRef>,
-    /// Implicit-handle transfers of `deferred` not issued yet.
-    nbi_waiting: usize,
-    /// The first refusal of an implicit-handle transfer, for fh_wait_nbi.
-    nbi_error: Option<crate::runtime::error::Error>,
-}
-
-pub struct RmaState {
-    inner: Mutex<Inner>,
-}
-
-fn encode(idx: u32, gen: u32) -> Handle {
-    ((gen as u64) << 32) | (idx as u64 + 1)
-}
-
 impl RmaState {
-    pub fn new(size: usize) -> RmaState {
-        RmaState {
-            inner: Mutex::new(Inner {
-                issued: vec![0; size],
-                completed: vec![0; size],
-                slots: Vec::new(),
-                free: Vec::new(),
-                nbi_puts: false,
-                nbi_gets: false,
-                deferred: Vec::new(),
-                nbi_waiting: 0,
-                nbi_error: None,
-            }),
-        }
-    }
-
-    fn new_handle(&self, rank: usize) -> Handle {
-        let mut g = self.inner.lock();
-        g.issued[rank] += 1;
-        let seq = g.issued[rank];
-        Self::slot_for(&mut g, Op::Issued { rank, seq })
-    }
-
-    fn new_deferred(&self, d: DeferredRef) -> Handle {
-        Self::slot_for(&mut self.inner.lock(), Op::Deferred(d))
-    }
-
-    /// A deferred handle was issued as operation `seq` to `rank`.
-    fn set_issued(&self, h: Handle, rank: usize, seq: u64) {
-        let mut g = self.inner.lock();
-        let idx = (h & 0xffff_ffff) as usize - 1;
-        g.slots[idx].op = Some(Op::Issued { rank, seq });
-    }
-
-    fn slot_for(g: &mut Inner, op: Op) -> Handle {
-        let idx = match g.free.pop() {
-            Some(i) => i,
-            None => {
-                g.slots.push(Slot::default());
-                (g.slots.len() - 1) as u32
-            }
-        };
-        let slot = &mut g.slots[idx as usize];
-        debug_assert!(slot.op.is_none(), "free slot still holds an operation");
-        slot.op = Some(op);
-        encode(idx, slot.gen)
-    }
-
-    fn lookup(&self, h: Handle) -> Result<Op> {
-        let g = self.inner.lock();
-        let idx = (h & 0xffff_ffff).wrapping_sub(1) as usize;
-        let gen = (h >> 32) as u32;
-        match g.slots.get(idx) {
-            Some(s) if s.gen == gen && s.op.is_some() => Ok(s.op.clone().expect("checked")),
-            _ => bail!(
-                InvalidArg,
-                "handle {:#x} is not an outstanding operation (already synced, or never issued)",
-                h
-            ),
-        }
-    }
-
-    fn retire(&self, h: Handle) {
-        let mut g = self.inner.lock();
-        let idx = (h & 0xffff_ffff) as usize - 1;
-        let s = &mut g.slots[idx];
-        s.op = None;
-        s.gen = s.gen.wrapping_add(1);
-        g.free.push(idx as u32);
-    }
-
-    fn is_complete(&self, rank: usize, seq: u64) -> bool {
-        self.inner.lock().completed[rank] >= seq
-    }
-
-    /// A sequence number for an operation left in flight to `rank`.
-    fn bump(&self, rank: usize) -> u64 {
-        let mut g = self.inner.lock();
-        g.issued[rank] += 1;
-        g.issued[rank]
-    }
-
     /// Flush `rank`, record what that completed and release its firehoses.
     fn flush_rank(&self, ctx: &CtxInner, rank: usize) -> Result<()> {
         let upto = self.inner.lock().issued[rank];
@@ -251,12 +95,6 @@ fn internal_error(
         n,
         hb
     )
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Dir {
-    Put,
-    Get,
 }
 
 impl CtxInner {

@@ -22,77 +22,16 @@
 //! - Every table word is written by its owner only; holder words only through
 //!   `CtxInner::word` (atomic for every rank).
 
+pub mod table;
+
+use table::Slot;
+pub use table::{Layout, RegTab, MAX_REGS};
+
 use super::ctx::CtxInner;
 use crate::conduit::AtomicOp;
 use crate::runtime::error::Result;
 use crate::{bail, err};
-use parking_lot::Mutex;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
-
-/// Registrations one rank can publish at once.
-pub const MAX_REGS: usize = 64;
-const HDR: usize = 64;
-const ENTRY: usize = 16;
-
-/// Where the table's words are, relative to its start.
-#[derive(Clone, Copy, Debug)]
-pub struct Layout {
-    /// Holder words per entry (one bit per rank).
-    words: usize,
-    /// Bytes of the whole table (page multiple).
-    pub bytes: usize,
-}
-
-impl Layout {
-    pub fn new(ranks: usize) -> Layout {
-        let words = ranks.div_ceil(64);
-        let raw = HDR + MAX_REGS * ENTRY + MAX_REGS * words * 8;
-        Layout {
-            words,
-            bytes: raw.div_ceil(4096) * 4096,
-        }
-    }
-    fn entry(&self, i: usize) -> usize {
-        HDR + i * ENTRY
-    }
-    fn holder_word(&self, i: usize, rank: usize) -> usize {
-        HDR + MAX_REGS * ENTRY + (i * self.words + rank / 64) * 8
-    }
-    /// Bytes a reader fetches: the version and every entry.
-    fn scan_len(&self) -> usize {
-        HDR + MAX_REGS * ENTRY
-    }
-}
-
-/// A slot of this rank's own table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Slot {
-    Free,
-    Published {
-        start: usize,
-        end: usize,
-    },
-    /// Removed from the table; its holder bits are cleared once every holder
-    /// acknowledged the invalidation, then it becomes `Free`.
-    Retiring,
-}
-
-/// Per-context table state.
-pub struct RegTab {
-    /// `None` when the heaps have no room for it (registration then goes through
-    /// firehose moves, which need the target's CPU).
-    pub layout: Option<Layout>,
-    slots: Mutex<Vec<Slot>>,
-}
-
-impl RegTab {
-    pub fn new(layout: Option<Layout>) -> RegTab {
-        RegTab {
-            layout,
-            slots: Mutex::new(vec![Slot::Free; MAX_REGS]),
-        }
-    }
-}
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))

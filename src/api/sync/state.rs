@@ -1,0 +1,216 @@
+//! The synchronisation subsystem's per-context state (pure data): the sync area's
+//! layout, the barrier's phase, the collectives' channels and tree, the lock ids in
+//! use, and the lock handle. The protocols are in the sibling modules.
+
+use super::area;
+use crate::runtime::config::BarrierAlgo as Algo;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU8};
+
+/// Spare heap every rank keeps beyond the sync area for fh_malloc and rpipe.
+pub(crate) const MIN_SPARE: usize = 64 << 10;
+
+/// Per-pair counters of this rank.
+pub struct Chans {
+    /// Chunks sent to each rank.
+    pub sent: Vec<u64>,
+    /// Chunks consumed from each rank.
+    pub rcvd: Vec<u64>,
+}
+
+impl Chans {
+    pub fn new(n: usize) -> Chans {
+        Chans {
+            sent: vec![0; n],
+            rcvd: vec![0; n],
+        }
+    }
+}
+
+/// A broadcast tree over *relative* ranks (root = 0).
+#[derive(Clone, Debug)]
+pub struct Tree {
+    pub parent: Vec<usize>,
+    pub children: Vec<Vec<usize>>,
+}
+
+/// The postal-model optimal broadcast tree for `n` ranks and latency `lambda`.
+pub fn postal_tree(n: usize, lambda: u32) -> Tree {
+    let lambda = lambda.max(1) as u64;
+    let mut parent = vec![0; n];
+    let mut children = vec![Vec::new(); n];
+    // (time this rank can send next, rank); min-heap by time, then rank.
+    let mut ready = std::collections::BinaryHeap::new();
+    ready.push(std::cmp::Reverse((0u64, 0usize)));
+    for (next, p) in parent.iter_mut().enumerate().skip(1) {
+        let std::cmp::Reverse((t, r)) = ready.pop().expect("root is always there");
+        *p = r;
+        children[r].push(next);
+        ready.push(std::cmp::Reverse((t + 1, r)));
+        ready.push(std::cmp::Reverse((t + lambda, next)));
+    }
+    Tree { parent, children }
+}
+
+/// Per-context collective state.
+pub struct CollState {
+    pub chans: Chans,
+    /// Collective calls made on this context (the same count on every rank).
+    pub(crate) seq: u64,
+    pub(crate) tree: Option<(u32, Tree)>,
+    /// The last call's rank lists, kept for their capacity (no allocation per call).
+    pub(crate) spare: [Vec<usize>; 3],
+    /// The reduction's accumulator, kept for its capacity.
+    pub(crate) acc: Vec<u8>,
+}
+
+impl CollState {
+    pub fn new(n: usize) -> CollState {
+        CollState {
+            chans: Chans::new(n),
+            seq: 0,
+            tree: None,
+            spare: Default::default(),
+            acc: Vec::new(),
+        }
+    }
+}
+
+/// `flags` bit: this rank takes part without an id.
+pub const ANONYMOUS: i32 = 1;
+
+/// What one rank (or a set of ranks) said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Val {
+    Anon,
+    Named(u64),
+    Mismatch,
+}
+
+impl Val {
+    pub fn of(id: i64, flags: i32) -> Val {
+        if flags & ANONYMOUS != 0 {
+            Val::Anon
+        } else {
+            Val::Named(id as u64)
+        }
+    }
+    pub fn combine(self, o: Val) -> Val {
+        match (self, o) {
+            (Val::Mismatch, _) | (_, Val::Mismatch) => Val::Mismatch,
+            (Val::Anon, x) | (x, Val::Anon) => x,
+            (Val::Named(a), Val::Named(b)) if a == b => Val::Named(a),
+            _ => Val::Mismatch,
+        }
+    }
+    pub(crate) fn encode(self) -> (u64, u64) {
+        match self {
+            Val::Anon => (0, 0),
+            Val::Named(id) => (id, 1),
+            Val::Mismatch => (0, 2),
+        }
+    }
+    pub(crate) fn decode(id: u64, kind: u64) -> Val {
+        match kind {
+            0 => Val::Anon,
+            1 => Val::Named(id),
+            _ => Val::Mismatch,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Dissemination: waiting for round `round`'s flag (the flag of every earlier
+    /// round was received and this round's was sent).
+    Diss { round: u32 },
+    /// Tree: children heard from (bit mask); nothing sent up yet.
+    Gather { got: u32 },
+    /// Tree: arrival sent to the parent; waiting for the release.
+    Release,
+    /// MPI_Iallreduce in flight.
+    Mpi,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Idle,
+    Running { step: Step },
+    Done { result: Val },
+}
+
+/// One context's barrier state. Invariant: `phase != Idle` iff a notify has not yet
+/// been matched by a successful wait/try.
+pub struct Barrier {
+    pub(crate) algo: Algo,
+    /// Epoch of the current (or last) barrier; the first is 1.
+    pub(crate) epoch: u64,
+    pub(crate) id: i64,
+    pub(crate) flags: i32,
+    pub(crate) acc: Val,
+    pub(crate) phase: Phase,
+}
+
+impl Barrier {
+    pub fn new(algo: Algo) -> Barrier {
+        Barrier {
+            algo,
+            epoch: 0,
+            id: 0,
+            flags: ANONYMOUS,
+            acc: Val::Anon,
+            phase: Phase::Idle,
+        }
+    }
+}
+
+/// Lock ids in use on this context (the same on every rank: create/destroy are
+/// collective and called in the same order).
+#[derive(Default)]
+pub struct LockIds {
+    pub(crate) used: Vec<bool>,
+}
+
+/// This rank's use of one lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Local {
+    Free = 0,
+    /// A thread of this rank is queued or holds it.
+    Busy = 1,
+}
+
+pub struct Lock {
+    pub id: usize,
+    pub home: usize,
+    pub(crate) local: AtomicU8,
+}
+
+/// Per-context synchronisation state.
+pub struct SyncState {
+    /// `None` when some rank's heap is too small for the area (the calls then return
+    /// FH_ERR_NO_RESOURCE naming FH_HEAP_SIZE).
+    pub area: Option<area::Area>,
+    pub barrier: Mutex<Barrier>,
+    /// A split-phase barrier is in flight (the progress thread advances it).
+    pub barrier_active: AtomicBool,
+    pub coll: Mutex<CollState>,
+    pub locks: Mutex<LockIds>,
+}
+
+impl SyncState {
+    /// Decide the area for `heaps` (every rank's `(base, len)`): returns the state and
+    /// how many bytes at the start of this rank's heap it reserves.
+    pub fn new(heaps: &[(usize, usize)], algo: Algo) -> (SyncState, usize) {
+        let a = area::Area::new(heaps.len());
+        let fits = heaps.iter().all(|&(_, l)| l >= a.bytes + MIN_SPARE);
+        let st = SyncState {
+            area: fits.then_some(a),
+            barrier: Mutex::new(Barrier::new(algo)),
+            barrier_active: AtomicBool::new(false),
+            coll: Mutex::new(CollState::new(heaps.len())),
+            locks: Mutex::new(LockIds::default()),
+        };
+        (st, if fits { a.bytes } else { 0 })
+    }
+}
