@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 pub use crate::firehose::state::*;
+use crate::firehose::wire::{Carried, Granted, MoveAnswer, MoveRequest};
 
 /// Pins on behalf of the local table: mlock (the physical resource) + conduit
 /// registration; the extent check keeps units out of the heap and registered regions.
@@ -114,10 +115,6 @@ pub enum Carry {
     /// Destination of a get.
     Get(*mut u8),
 }
-
-const CARRY_NONE: u64 = 0;
-const CARRY_PUT: u64 = 1;
-const CARRY_GET: u64 = 2;
 
 /// What an RMA request was granted.
 pub enum Grant {
@@ -641,47 +638,28 @@ impl CtxInner {
         write: bool,
     ) -> Result<bool> {
         let fh = &self.fh;
-        let mut payload: Vec<u8> = Vec::with_capacity(8 * releases.len() + 16 * pins.len() + 64);
-        for &r in releases {
-            payload.extend_from_slice(&(r as u64).to_le_bytes());
-        }
-        for &(a, b) in pins {
-            payload.extend_from_slice(&(a as u64).to_le_bytes());
-            payload.extend_from_slice(&(b as u64).to_le_bytes());
-        }
-        let kind = match carry {
-            Carry::None => CARRY_NONE,
-            Carry::Put(src) => {
-                // SAFETY: the caller of put guarantees `src` is readable for `len`
-                // bytes until the operation completes; we copy it now.
-                payload.extend_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
-                CARRY_PUT
+        let (carried, put_data): (Carried, &[u8]) = match carry {
+            Carry::None => (Carried::None, &[]),
+            // SAFETY: the caller of put guarantees `src` is readable for `len` bytes
+            // until the operation completes; the encoder copies it now.
+            Carry::Put(src) => (Carried::Put { addr, len }, unsafe {
+                std::slice::from_raw_parts(src, len)
+            }),
+            Carry::Get(d) => {
+                fh.get_dst.lock().insert(id, (d as usize, len));
+                (Carried::Get { addr, len }, &[])
             }
-            Carry::Get(_) => CARRY_GET,
         };
-        let get_dst = match carry {
-            Carry::Get(d) => Some((d as usize, len)),
-            _ => None,
-        };
-        fh.moves.lock().insert(id, None);
-        if let Some(d) = get_dst {
-            fh.get_dst.lock().insert(id, d);
-        }
-        let (oa, ol) = if kind == CARRY_NONE {
-            (0, 0)
-        } else {
-            (addr as u64, len as u64)
-        };
-        let flags = if write { MOVE_WRITE } else { 0 };
-        let args = [
+        let (args, payload) = MoveRequest {
             id,
-            releases.len() as u64,
-            pins.len() as u64,
-            oa,
-            ol,
-            kind,
-            flags,
-        ];
+            releases: releases.to_vec(),
+            pins: pins.to_vec(),
+            carried,
+            write,
+            put_data,
+        }
+        .encode();
+        fh.moves.lock().insert(id, None);
         if let Err(e) = self.am_request(
             rank,
             Category::Medium,
@@ -691,6 +669,7 @@ impl CtxInner {
             None,
         ) {
             fh.moves.lock().remove(&id);
+            fh.get_dst.lock().remove(&id);
             fh.peers[rank].lock().abort_move(id);
             return Err(e);
         }
@@ -1447,24 +1426,16 @@ impl CtxInner {
                 Ok(None)
             }
             Plan::Move { releases, pins } => {
-                let mut payload = Vec::new();
-                for &r in &releases {
-                    payload.extend_from_slice(&(r as u64).to_le_bytes());
-                }
-                for &(a, b) in &pins {
-                    payload.extend_from_slice(&(a as u64).to_le_bytes());
-                    payload.extend_from_slice(&(b as u64).to_le_bytes());
-                }
-                fh.moves.lock().insert(id, None);
-                let args = [
+                let (args, payload) = MoveRequest {
                     id,
-                    releases.len() as u64,
-                    pins.len() as u64,
-                    0,
-                    0,
-                    CARRY_NONE,
-                    if pp.write { MOVE_WRITE } else { 0 },
-                ];
+                    releases,
+                    pins,
+                    carried: Carried::None,
+                    write: pp.write,
+                    put_data: &[],
+                }
+                .encode();
+                fh.moves.lock().insert(id, None);
                 if let Err(e) = self.am_request(
                     pp.rank,
                     Category::Medium,
@@ -1651,17 +1622,6 @@ pub enum PinHow {
     Partial,
 }
 
-fn read_u64s(b: &[u8], n: usize) -> Option<Vec<u64>> {
-    if b.len() < n * 8 {
-        return None;
-    }
-    Some(
-        b[..n * 8]
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-            .collect(),
-    )
-}
 
 /// Target side of a move: args [id, nrel, npins, op_addr, op_len, op_kind]; payload:
 /// nrel u64 releases, npins (a, b) pairs, then for a carried put its op_len bytes.
@@ -1680,7 +1640,6 @@ pub(crate) static SUBSYSTEM: super::ctx::Subsystem = super::ctx::Subsystem {
 };
 
 pub(crate) fn handle_move(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
-    let a = f.args();
     let reply = |args: &[u64], payload: &[u8]| {
         let _ = ctx.am_reply(
             tok,
@@ -1691,230 +1650,237 @@ pub(crate) fn handle_move(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
             None,
         );
     };
-    if a.len() != 7 {
-        // Malformed: refuse it (the mover waits for an answer, so never drop it).
-        if let Some(&id) = a.first() {
-            reply(&[id, Status::InvalidArg.code() as i64 as u64, 0, 0, 0], &[]);
-        }
-        return;
-    }
-    process_move(ctx, tok.src, a, f.payload, &reply);
+    process_move(ctx, tok.src, f.args(), f.payload, &reply);
 }
 
 /// The body of a move (see [`handle_move`]); answers through `reply`. False: parked
 /// (nothing was done yet; it runs again from [`CtxInner::fh_drain_parked`]).
+/// A frame that is not a move request is answered with `FH_ERR_INVALID_ARG` (the
+/// mover waits for an answer, so it is never dropped).
 fn process_move(
     ctx: &CtxInner,
     src: usize,
-    a: &[u64],
+    args: &[u64],
     body: &[u8],
     reply: &dyn Fn(&[u64], &[u8]),
 ) -> bool {
-    let (id, nrel, npins, oaddr, olen, okind) = (
-        a[0],
-        a[1] as usize,
-        a[2] as usize,
-        a[3] as usize,
-        a[4] as usize,
-        a[5],
-    );
+    let Some(req) = MoveRequest::decode(args, body) else {
+        if let Some(&id) = args.first() {
+            let (a, p) = refusal(id, Status::InvalidArg, 0, 0).encode();
+            reply(&a, &p);
+        }
+        return true;
+    };
+    let fh = &ctx.fh;
     // Puts and atomics need writable memory, gets readable: checked against the
     // mappings as they are now, for every piece and for a carried transfer.
-    let write = a[6] & MOVE_WRITE != 0;
-    let need = if write {
+    let need = if req.write {
         os::Need::ReadWrite
     } else {
         os::Need::Read
     };
     let maps = os::Maps::read();
-    // The invalidations this answer already reflects (see `mem::Invalidations`).
+    // The invalidations this answer already reflects (see `Invalidations`).
     let epoch = ctx.inval_epoch.load(Ordering::Acquire);
-    let (paddr, plen) = if okind == CARRY_PUT {
-        (oaddr, olen)
-    } else {
-        (0, 0)
-    };
-    let glen = if okind == CARRY_GET && olen <= fh_putinmove_cap(ctx) {
-        olen
-    } else {
-        0
-    };
-    let fh = &ctx.fh;
-    let mut status = Status::Ok;
-    // With Access: why (an index into WHY, sent with the answer).
-    let mut why = 0u64;
-    let mut out: Vec<u64> = Vec::new();
-    let total = nrel
-        .checked_mul(8)
-        .and_then(|x| npins.checked_mul(16).and_then(|y| x.checked_add(y)))
-        .and_then(|x| x.checked_add(plen));
-    let nums = match total {
-        Some(t) if t == body.len() => read_u64s(body, nrel + 2 * npins),
-        _ => None,
-    };
-    let mut putdone = false;
-    match nums {
-        None => status = Status::InvalidArg,
-        Some(nums) => {
-            let unit = fh.params.unit_bytes;
-            {
-                let mut l = fh.local.lock();
-                if nums[nrel..]
-                    .chunks_exact(2)
-                    .any(|p| p[1] > p[0] && l.any_pinning(p[0] as usize, p[1] as usize))
-                {
-                    // A piece meets a unit a local thread is pinning: park the move
-                    // (handlers never wait). Parked under the table lock, so the
-                    // pinning thread, which finishes under it too, sees it when it
-                    // drains the queue after its pin.
-                    fh.parked.lock().push(ParkedMove {
-                        src,
-                        args: a.to_vec(),
-                        payload: body.to_vec(),
-                    });
-                    return false;
-                }
-                ctx.count(&fh.stats.moves_handled, 1);
-                let mut pinner = CtxPinner {
-                    ctx,
-                    maps: Some(&maps),
-                };
-                for &r in &nums[..nrel] {
-                    if !l.remote_release(src, r as usize) {
-                        ctx.count(&fh.stats.bad_releases, 1);
-                    }
-                }
-                for p in nums[nrel..].chunks_exact(2) {
-                    let (pa, pb) = (p[0] as usize, p[1] as usize);
-                    let (glo, ghi) = fh.params.granule(pa);
-                    if pa == 0 || pb <= pa || pb - pa > unit || pa < glo || pb > ghi {
-                        status = Status::InvalidArg;
-                        break;
-                    }
-                    if !maps.allows(pa, pb - pa, need) {
-                        status = Status::Access;
-                        why = why_code(maps.why_not(pa, pb - pa, need));
-                        break;
-                    }
-                    // Registered regions answer as prepinned; the rest gets units.
-                    let mut cur = pa;
-                    while cur < pb {
-                        if let Some((s, e)) = ctx.local_regs.lookup(cur, 1, Some(src)) {
-                            out.extend_from_slice(&[KIND_REGION, s as u64, e as u64]);
-                            cur = e.min(pb);
-                            continue;
-                        }
-                        let stop = ctx.local_regs.next_start(cur, pb);
-                        match l.remote_acquire(src, cur, stop, write, &mut pinner) {
-                            Ok(units) => {
-                                for (s, e, ro) in units {
-                                    let kind = if ro { KIND_UNIT_RO } else { KIND_UNIT };
-                                    out.extend_from_slice(&[kind, s as u64, e as u64]);
-                                }
-                            }
-                            Err(e) => {
-                                status = e.status;
-                                if status == Status::Access {
-                                    // Mapped as needed, yet refused: a unit pinned
-                                    // read-only, or memory the library uses.
-                                    why = match maps.why_not(cur, stop - cur, need) {
-                                        Some(w) => why_code(Some(w)),
-                                        None if write => why_code(Some("read-only")),
-                                        None => 7,
-                                    };
-                                }
-                                break;
-                            }
-                        }
-                        cur = stop;
-                    }
-                    if status != Status::Ok {
-                        break;
-                    }
-                }
-            }
-            if crate::runtime::config::debug_tables() {
-                let l = fh.local.lock();
-                let held: Vec<usize> = l
-                    .units()
-                    .filter(|(_, u)| u.holder_ranks().contains(&src))
-                    .map(|(s, _)| s)
-                    .collect();
-                if held.len() > fh.params.f {
-                    eprintln!(
-                        "[{}] OVER-F peer {} holds {:x?} after move {} rel {:x?} pins {:x?}",
-                        ctx.rank,
-                        src,
-                        held,
-                        id,
-                        &nums[..nrel],
-                        &nums[nrel..]
-                    );
-                }
-            }
-            if status == Status::Ok && plen > 0 {
-                let data = &body[body.len() - plen..];
-                let covered = paddr != 0
-                    && paddr.checked_add(plen).is_some()
-                    && maps.allows(paddr, plen, os::Need::ReadWrite);
-                if covered {
-                    match os::write_checked(paddr, data) {
-                        Ok(()) => putdone = true,
-                        Err(e) => status = e.status,
-                    }
-                } else {
-                    status = Status::Access;
-                    why = why_code(maps.why_not(paddr, plen, os::Need::ReadWrite));
-                }
+    let granted = {
+        let mut l = fh.local.lock();
+        if req.pins.iter().any(|&(a, b)| b > a && l.any_pinning(a, b)) {
+            // A piece meets a unit a local thread is pinning: park the move (handlers
+            // never wait). Parked under the table lock, so the pinning thread, which
+            // finishes under it too, sees it when it drains the queue after its pin.
+            fh.parked.lock().push(ParkedMove {
+                src,
+                args: args.to_vec(),
+                payload: body.to_vec(),
+            });
+            return false;
+        }
+        ctx.count(&fh.stats.moves_handled, 1);
+        for &r in &req.releases {
+            if !l.remote_release(src, r) {
+                ctx.count(&fh.stats.bad_releases, 1);
             }
         }
+        grant_pieces(ctx, &mut l, src, &req, &maps, need)
+    };
+    fh_debug_over_f(ctx, src, req.id);
+    let mut ans = match granted {
+        Ok(granted) => MoveAnswer {
+            id: req.id,
+            status: Status::Ok.code(),
+            why: 0,
+            granted,
+            carried_done: false,
+            epoch,
+            get_data: &[],
+        },
+        Err((st, why)) => refusal(req.id, st, why, epoch),
+    };
+    let mut get_buf = Vec::new();
+    if ans.status == Status::Ok.code() {
+        carry_out(ctx, &req, &maps, &mut ans, &mut get_buf);
     }
-    if status == Status::Access {
+    ans.get_data = &get_buf;
+    if ans.status == Status::Access.code() {
         ctx.count(&ctx.stats.access_refused, 1);
     }
-    let mut payload = Vec::with_capacity(out.len() * 8 + glen);
-    for x in &out {
-        payload.extend_from_slice(&x.to_le_bytes());
-    }
-    if status == Status::Ok && glen > 0 && payload.len() + glen <= ctx.am_max_medium() {
-        // A carried get: read through the kernel (never faults), answer with it.
-        let at = payload.len();
-        payload.resize(at + glen, 0);
-        match os::copy_checked(payload[at..].as_mut_ptr() as usize, oaddr, glen) {
-            Ok(()) => putdone = true,
-            Err(_) => payload.truncate(at),
-        }
-    }
-    reply(
-        &[
-            id,
-            (status.code() as i64 as u64 & 0xffff_ffff) | why << 32,
-            (out.len() / 3) as u64,
-            putdone as u64,
-            epoch,
-        ],
-        &payload,
-    );
+    let (a, p) = ans.encode();
+    reply(&a, &p);
     // Unpin what the releases left beyond the victim FIFO's limit only now, after
     // answering: the requester does not wait for it.
     fh.local.lock().trim(&mut CtxPinner { ctx, maps: None });
     true
 }
 
-/// Initiator side: enter the answer into the peer's table and wake the mover.
-pub(crate) fn handle_answer(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
-    let a = f.args();
-    if a.len() != 5 {
+/// Why a move was refused: its status and, with `FH_ERR_ACCESS`, an index into
+/// [`WHY`].
+type Refused = (Status, u8);
+
+/// An answer that grants nothing.
+fn refusal(id: u64, st: Status, why: u8, epoch: u64) -> MoveAnswer<'static> {
+    MoveAnswer {
+        id,
+        status: st.code(),
+        why,
+        granted: Vec::new(),
+        carried_done: false,
+        epoch,
+        get_data: &[],
+    }
+}
+
+/// Reference, pinning where needed, the units covering every piece of `req` on
+/// behalf of `src` (registered regions answer as prepinned). Err: the status and,
+/// with `FH_ERR_ACCESS`, why (an index into [`WHY`]).
+fn grant_pieces(
+    ctx: &CtxInner,
+    l: &mut crate::firehose::local::LocalTable,
+    src: usize,
+    req: &MoveRequest<'_>,
+    maps: &os::Maps,
+    need: os::Need,
+) -> std::result::Result<Vec<(Granted, usize, usize)>, Refused> {
+    let fh = &ctx.fh;
+    let unit = fh.params.unit_bytes;
+    let mut pinner = CtxPinner {
+        ctx,
+        maps: Some(maps),
+    };
+    let mut out = Vec::new();
+    for &(pa, pb) in &req.pins {
+        let (glo, ghi) = fh.params.granule(pa);
+        if pa == 0 || pb <= pa || pb - pa > unit || pa < glo || pb > ghi {
+            return Err((Status::InvalidArg, 0));
+        }
+        if !maps.allows(pa, pb - pa, need) {
+            return Err((
+                Status::Access,
+                why_code(maps.why_not(pa, pb - pa, need)) as u8,
+            ));
+        }
+        let mut cur = pa;
+        while cur < pb {
+            if let Some((s, e)) = ctx.local_regs.lookup(cur, 1, Some(src)) {
+                out.push((Granted::Region, s, e));
+                cur = e.min(pb);
+                continue;
+            }
+            let stop = ctx.local_regs.next_start(cur, pb);
+            match l.remote_acquire(src, cur, stop, req.write, &mut pinner) {
+                Ok(units) => out.extend(units.into_iter().map(|(s, e, ro)| {
+                    let g = if ro {
+                        Granted::UnitReadOnly
+                    } else {
+                        Granted::Unit
+                    };
+                    (g, s, e)
+                })),
+                Err(e) if e.status == Status::Access => {
+                    // Mapped as needed, yet refused: a unit pinned read-only, or
+                    // memory the library uses.
+                    let why = match maps.why_not(cur, stop - cur, need) {
+                        Some(w) => why_code(Some(w)),
+                        None if req.write => why_code(Some("read-only")),
+                        None => 7,
+                    };
+                    return Err((Status::Access, why as u8));
+                }
+                Err(e) => return Err((e.status, 0)),
+            }
+            cur = stop;
+        }
+    }
+    Ok(out)
+}
+
+/// The transfer a granted move carries: write a carried put (checked against the
+/// mappings), or read a carried get through the kernel into `get_buf`.
+fn carry_out(
+    ctx: &CtxInner,
+    req: &MoveRequest<'_>,
+    maps: &os::Maps,
+    ans: &mut MoveAnswer<'_>,
+    get_buf: &mut Vec<u8>,
+) {
+    match req.carried {
+        Carried::None => {}
+        Carried::Put { addr, len } => {
+            let covered = addr != 0
+                && addr.checked_add(len).is_some()
+                && maps.allows(addr, len, os::Need::ReadWrite);
+            if !covered {
+                ans.status = Status::Access.code();
+                ans.why = why_code(maps.why_not(addr, len, os::Need::ReadWrite)) as u8;
+                return;
+            }
+            match os::write_checked(addr, req.put_data) {
+                Ok(()) => ans.carried_done = true,
+                Err(e) => ans.status = e.status.code(),
+            }
+        }
+        Carried::Get { addr, len } => {
+            if len > fh_putinmove_cap(ctx) || 24 * ans.granted.len() + len > ctx.am_max_medium() {
+                return;
+            }
+            // Read through the kernel (never faults); answer with the bytes.
+            get_buf.resize(len, 0);
+            match os::copy_checked(get_buf.as_mut_ptr() as usize, addr, len) {
+                Ok(()) => ans.carried_done = true,
+                Err(_) => get_buf.clear(),
+            }
+        }
+    }
+}
+
+/// `FH_DEBUG_TABLES`: say when a peer holds more firehoses here than f.
+fn fh_debug_over_f(ctx: &CtxInner, src: usize, id: u64) {
+    if !crate::runtime::config::debug_tables() {
         return;
     }
-    let (id, code, n, putdone, epoch) = (a[0], a[1] as i64 as i32, a[2] as usize, a[3] != 0, a[4]);
+    let l = ctx.fh.local.lock();
+    let held: Vec<usize> = l
+        .units()
+        .filter(|(_, u)| u.holder_ranks().contains(&src))
+        .map(|(s, _)| s)
+        .collect();
+    if held.len() > ctx.fh.params.f {
+        eprintln!(
+            "[{}] OVER-F peer {} holds {:x?} after move {}",
+            ctx.rank, src, held, id
+        );
+    }
+}
+
+/// Initiator side: enter the answer into the peer's table and wake the mover.
+pub(crate) fn handle_answer(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     let fh = &ctx.fh;
+    let Some(id) = MoveAnswer::id_of(f.args()) else {
+        return;
+    };
     if !fh.moves.lock().contains_key(&id) {
         return; // not ours (or a duplicate): ignore
     }
-    let Some(nums) =
-        read_u64s(f.payload, n.saturating_mul(3)).filter(|_| n <= f.payload.len() / 24)
-    else {
+    let Some(ans) = MoveAnswer::decode(f.args(), f.payload) else {
         fh.get_dst.lock().remove(&id);
         fh.peers[tok.src].lock().abort_move(id);
         fh.moves
@@ -1924,28 +1890,23 @@ pub(crate) fn handle_answer(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     };
     let mut units = Vec::new();
     let mut read_only = Vec::new();
-    for t in nums.chunks_exact(3) {
-        let (s, e) = (t[1] as usize, t[2] as usize);
-        if ctx.inval_seen.stale(tok.src, epoch, s, e) {
+    for &(g, s, e) in &ans.granted {
+        if e <= s || ctx.inval_seen.stale(tok.src, ans.epoch, s, e) {
             // Made before an invalidation of this range that we already obeyed: the
             // target no longer counts us as a holder there. The waiting request
             // moves again.
             continue;
         }
-        if e <= s {
-            continue;
-        }
-        match t[0] {
-            KIND_UNIT => units.push((s, e, false)),
-            KIND_UNIT_RO => {
+        match g {
+            Granted::Unit => units.push((s, e, false)),
+            Granted::UnitReadOnly => {
                 units.push((s, e, false));
                 read_only.push((s, e));
             }
-            KIND_REGION => {
+            Granted::Region => {
                 ctx.remote.insert(tok.src, s, e);
                 units.push((s, e, true));
             }
-            _ => {}
         }
     }
     {
@@ -1955,20 +1916,19 @@ pub(crate) fn handle_answer(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
             t.mark_read_only(s, e);
         }
     }
-    let mut done = putdone;
+    let mut done = ans.carried_done;
     if let Some((dst, len)) = fh.get_dst.lock().remove(&id) {
-        let data = &f.payload[(n * 24).min(f.payload.len())..];
-        if done && data.len() == len {
+        if done && ans.get_data.len() == len {
             // SAFETY: `dst` is the destination of the get that sent this move, valid
             // for `len` bytes until that get completes (it is waiting for this).
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst as *mut u8, len) };
+            unsafe { std::ptr::copy_nonoverlapping(ans.get_data.as_ptr(), dst as *mut u8, len) };
         } else {
             done = false;
         }
     }
     // Only a move someone still waits for (an abandoned one left no slot).
     if let Some(slot) = fh.moves.lock().get_mut(&id) {
-        *slot = Some((code, done, (a[1] >> 32) as u8));
+        *slot = Some((ans.status, done, ans.why));
     }
 }
 

@@ -27,3 +27,4 @@ pub mod remote;
 pub mod smp;
 pub mod state;
 pub mod victim;
+pub mod wire;

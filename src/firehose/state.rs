@@ -15,14 +15,6 @@ use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Answer entry kinds.
-pub(crate) const KIND_UNIT: u64 = 0;
-pub(crate) const KIND_REGION: u64 = 1;
-/// A unit on memory that was read-only when pinned: gets only.
-pub(crate) const KIND_UNIT_RO: u64 = 2;
-/// Move request flag: the pins are for a put or an atomic (writable memory needed).
-pub(crate) const MOVE_WRITE: u64 = 1;
-
 /// Most pieces one move may ask for (keeps the frame bounded).
 pub(crate) const MAX_PIECES_PER_MOVE: usize = 256;
 
