@@ -5,15 +5,16 @@
 //! Run: cargo run --release --example bench_table
 use firehose::firehose::params::Params;
 use firehose::firehose::remote::{PeerTable, Plan};
-use firehose::runtime::config::{Config, FhMode};
+use firehose::firehose::settings::{FhMode, FirehoseSettings};
+use firehose::runtime::config::Group;
 use parking_lot::Mutex;
 use std::hint::black_box;
 use std::time::Instant;
 
 fn main() {
-    let mut cfg = Config::defaults();
-    cfg.fh_mode = Some(FhMode::Page);
-    cfg.fh_m = Some(4096 * 1024);
+    let mut cfg = FirehoseSettings::defaults();
+    cfg.mode = Some(FhMode::Page);
+    cfg.m = Some(4096 * 1024);
     let p = Params::derive(&cfg, 2, 1, FhMode::Page, None);
     let t = Mutex::new(PeerTable::default());
     let base = 0x4000_0000usize;

@@ -231,22 +231,21 @@
 typedef struct fh_token_t fh_token_t;
 
 /**
- * Opaque context handle (`fh_ctx_t *`).
- *
- * After `fh_finalize` the handle's memory is kept (a few bytes) with a "finalized"
- * mark so later calls return `FH_ERR_STATE` instead of touching freed memory.
+ * Opaque context handle (`fh_ctx_t *`): a generation-checked table entry, never a
+ * pointer to memory (`handle`).
  */
 typedef struct fh_ctx_t fh_ctx_t;
 
 /**
- * Opaque distributed lock (`fh_lock_t *`). After `fh_lock_destroy` its few bytes are
- * kept with a "destroyed" mark, so a stale handle gets FH_ERR_STATE.
+ * Opaque distributed lock (`fh_lock_t *`): a generation-checked table entry
+ * (`super::handle`); after `fh_lock_destroy` the handle is stale (FH_ERR_STATE).
  */
 typedef struct fh_lock_t fh_lock_t;
 
 /**
  * Opaque pin (`fh_pin_t *`): a range kept pinned (locally, or remotely through this
- * rank's firehoses) until fh_release.
+ * rank's firehoses) until fh_release; a generation-checked table entry
+ * (`super::handle`), so a released pin's handle is FH_ERR_STATE.
  */
 typedef struct fh_pin_t fh_pin_t;
 
@@ -1548,8 +1547,8 @@ int fh_partial_remote_pin(struct fh_ctx_t *ctx,
 int fh_pin_bounds(const struct fh_pin_t *pin, const void **addr_out, size_t *len_out);
 
 /**
- * Release a pin (its references; the memory may later be unpinned) and free the
- * fh_pin_t. Using the pin afterwards is undefined. After fh_mem_invalidate of its
+ * Release a pin (its references; the memory may later be unpinned) and retire the
+ * fh_pin_t: using it afterwards is FH_ERR_STATE. After fh_mem_invalidate of its
  * range a pin's release is accepted and has no effect. Also from pin callbacks.
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Also from AM handlers.

@@ -3,10 +3,16 @@
 //!
 //! Layers, top to bottom (dependencies point down only):
 //! - [`ffi`]: the C ABI (`include/firehose.h`), one file per header section.
-//! - [`api`]: API objects — context, RMA with handles, active messages, memory.
-//! - [`firehose`]: registration tables (and the Firehose algorithm).
+//! - [`api`]: API objects — context, RMA with handles, active messages, memory,
+//!   Firehose's move protocol, rpipe, synchronisation, composed settings.
+//! - [`firehose`]: the Firehose algorithm: tables, parameters, its settings, the
+//!   move protocol's wire format.
 //! - [`conduit`]: the transport contract and its MPI and sim implementations.
-//! - [`runtime`]: errors, configuration, OS facilities.
+//! - [`runtime`]: errors, the settings machinery, OS facilities.
+//!
+//! A module names only its own layer and the layers below (docs/ARCHITECTURE.md).
+
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod api;
 pub mod conduit;

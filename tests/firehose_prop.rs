@@ -7,9 +7,13 @@
 //! - firehoses per peer ≤ f; the local and remote tables pass their validation;
 //! - the data read equals a model of what was written.
 
+mod common;
+
+use common::{sim_world, Completion};
 use firehose::api::Context;
 use firehose::conduit::sim::SimWorld;
-use firehose::runtime::config::{Config, FhMode, Strategy as Reg};
+use firehose::firehose::settings::{FhMode, FirehoseSettings, Strategy as Reg};
+use firehose::runtime::config::Group;
 use proptest::prelude::*;
 use std::sync::Arc;
 
@@ -78,29 +82,25 @@ struct World {
 }
 
 fn build(n: usize, mode: FhMode, strategy: Reg) -> World {
-    let mut cfg = Config::defaults();
-    cfg.heap_size = 1 << 16;
-    cfg.fh_mode = Some(mode);
-    cfg.registration = strategy;
-    match mode {
-        FhMode::Page => {
-            cfg.fh_m = Some(4096 * 2 * (n - 1).max(1) + 4096 * 3);
-            cfg.fh_maxvictim = Some(4096 * 6);
+    let (w, c) = sim_world(n, 1 << 16, Completion::InOrder, |cfg| {
+        cfg.firehose.mode = Some(mode);
+        cfg.firehose.registration = strategy;
+        match mode {
+            FhMode::Page => {
+                cfg.firehose.m = Some(4096 * 2 * (n - 1).max(1) + 4096 * 3);
+                cfg.firehose.maxvictim = Some(4096 * 6);
+            }
+            FhMode::Region => {
+                cfg.firehose.maxregion = 16 * 1024;
+                cfg.firehose.maxregions = Some(2 * (n - 1).max(1) + 1);
+                cfg.firehose.maxvictim_r = Some(2);
+            }
         }
-        FhMode::Region => {
-            cfg.fh_maxregion = 16 * 1024;
-            cfg.fh_maxregions = Some(2 * (n - 1).max(1) + 1);
-            cfg.fh_maxvictim_r = Some(2);
+        if matches!(strategy, Reg::PinEverything | Reg::RendezvousKeep) {
+            cfg.firehose.m = Some(4 << 20);
+            cfg.firehose.maxregions = Some(1024);
         }
-    }
-    if matches!(strategy, Reg::PinEverything | Reg::RendezvousKeep) {
-        cfg.fh_m = Some(4 << 20);
-        cfg.fh_maxregions = Some(1024);
-    }
-    let w = SimWorld::new(n, cfg.heap_size).unwrap();
-    let c: Vec<Context> = (0..n)
-        .map(|r| Context::new_sim(&w, r, cfg.clone()).unwrap())
-        .collect();
+    });
     let mem: Vec<Vec<u8>> = (0..n).map(|i| vec![i as u8; MEM]).collect();
     let model = mem.clone();
     let scratch = (0..n).map(|_| vec![0u8; 32 * 1024]).collect();
@@ -281,16 +281,12 @@ proptest! {
 #[test]
 fn non_replacing_strategies_fail_cleanly_when_memory_runs_out() {
     for s in [Reg::PinEverything, Reg::RendezvousKeep] {
-        let mut cfg = Config::defaults();
-        cfg.heap_size = 1 << 16;
-        cfg.fh_mode = Some(FhMode::Page);
-        cfg.registration = s;
-        cfg.fh_m = Some(8 * 4096);
-        cfg.fh_maxvictim = Some(2 * 4096);
-        let w = SimWorld::new(2, cfg.heap_size).unwrap();
-        let c: Vec<Context> = (0..2)
-            .map(|r| Context::new_sim(&w, r, cfg.clone()).unwrap())
-            .collect();
+        let (_w, c) = sim_world(2, 1 << 16, Completion::InOrder, |cfg| {
+            cfg.firehose.mode = Some(FhMode::Page);
+            cfg.firehose.registration = s;
+            cfg.firehose.m = Some(8 * 4096);
+            cfg.firehose.maxvictim = Some(2 * 4096);
+        });
         let big = vec![0u8; 64 * 4096];
         let src = [5u8; 8];
         let mut failed = None;
@@ -320,9 +316,9 @@ fn non_replacing_strategies_fail_cleanly_when_memory_runs_out() {
 #[test]
 fn pending_entries_are_waited_for_not_re_requested() {
     use firehose::firehose::remote::{PeerTable, Plan};
-    let mut cfg = Config::defaults();
-    cfg.fh_mode = Some(FhMode::Page);
-    cfg.fh_m = Some(64 * 4096);
+    let mut cfg = FirehoseSettings::defaults();
+    cfg.mode = Some(FhMode::Page);
+    cfg.m = Some(64 * 4096);
     let p = firehose::firehose::params::Params::derive(&cfg, 2, 1, FhMode::Page, None);
     let mut t = PeerTable::default();
     let base = 0x10_0000;
@@ -348,9 +344,9 @@ fn pending_entries_are_waited_for_not_re_requested() {
 #[test]
 fn replacement_evicts_the_least_recently_used() {
     use firehose::firehose::remote::{PeerTable, Plan};
-    let mut cfg = Config::defaults();
-    cfg.fh_mode = Some(FhMode::Page);
-    cfg.fh_m = Some(3 * 4096);
+    let mut cfg = FirehoseSettings::defaults();
+    cfg.mode = Some(FhMode::Page);
+    cfg.m = Some(3 * 4096);
     let p = firehose::firehose::params::Params::derive(&cfg, 2, 1, FhMode::Page, None);
     assert_eq!(p.f, 3);
     let mut t = PeerTable::default();

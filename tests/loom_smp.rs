@@ -16,8 +16,9 @@
 use firehose::firehose::local::{LocalBegin, LocalTable, Pinner};
 use firehose::firehose::params::Params;
 use firehose::firehose::remote::{Acq, PeerTable, Step};
+use firehose::firehose::settings::{FhMode, FirehoseSettings};
 use firehose::firehose::smp::{self, DaClient, DaGate, DaTally, Round};
-use firehose::runtime::config::{Config, FhMode};
+use firehose::runtime::config::Group;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::{Arc, Mutex};
 
@@ -113,9 +114,9 @@ impl DaClient for Client<'_> {
 }
 
 fn params(f: usize) -> Params {
-    let mut cfg = Config::defaults();
-    cfg.fh_mode = Some(FhMode::Page);
-    cfg.fh_m = Some(f * PAGE);
+    let mut cfg = FirehoseSettings::defaults();
+    cfg.mode = Some(FhMode::Page);
+    cfg.m = Some(f * PAGE);
     let p = Params::derive(&cfg, 2, 1, FhMode::Page, None);
     assert_eq!(p.f, f);
     p
@@ -292,10 +293,10 @@ fn local_pins_competing_for_the_local_share() {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(3);
     b.check(|| {
-        let mut cfg = Config::defaults();
-        cfg.fh_mode = Some(FhMode::Page);
-        cfg.fh_m = Some(2 * PAGE);
-        cfg.fh_maxvictim = Some(2 * PAGE);
+        let mut cfg = FirehoseSettings::defaults();
+        cfg.mode = Some(FhMode::Page);
+        cfg.m = Some(2 * PAGE);
+        cfg.maxvictim = Some(2 * PAGE);
         let p = Params::derive(&cfg, 2, 1, FhMode::Page, None);
         assert_eq!(p.victim_units, 2);
         let sh = Arc::new(LocalShared {

@@ -3,16 +3,18 @@
 //! order within a flush), so a notice that could overtake its data would be caught
 //! by the checksums here.
 
-use firehose::api::rpipe::heap::RemoteHeap;
+mod common;
+
+use common::{serial, sim_world, within, Completion, Rng};
 use firehose::api::rpipe::pipe::{extent, UNIT};
+use firehose::api::rpipe::rmalloc::Rmalloc;
 use firehose::api::rpipe::{self, Pipe, Policy, Role, Spec, Transfer};
 use firehose::api::Context;
 use firehose::conduit::sim::SimWorld;
-use firehose::runtime::config::Config;
 use firehose::Status;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const POLICIES: [Policy; 4] = [
     Policy::NextFit,
@@ -22,22 +24,8 @@ const POLICIES: [Policy; 4] = [
 ];
 const OFF_MASK: u64 = (1 << 48) - 1;
 
-/// The tests here spin threads against each other; run them one at a time (in
-/// parallel on 2 cores they starve each other and take 20× longer).
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn world(n: usize) -> (Arc<SimWorld>, Vec<Context>) {
-    let mut cfg = Config::defaults();
-    cfg.heap_size = 4 << 20;
-    let w = SimWorld::new(n, cfg.heap_size).unwrap();
-    w.reverse_completion.store(true, Ordering::Relaxed);
-    let c = (0..n)
-        .map(|r| Context::new_sim(&w, r, cfg.clone()).unwrap())
-        .collect();
-    (w, c)
+    sim_world(n, 4 << 20, Completion::Reversed, |_| {})
 }
 
 fn spec(role: Role, width: usize, transfer: Transfer, policy: Policy) -> Spec {
@@ -65,52 +53,6 @@ fn close_pair(a: &Pipe, b: &Pipe) {
         a.close().unwrap();
         h.join().unwrap().unwrap();
     })
-}
-
-static PANICKED: AtomicBool = AtomicBool::new(false);
-
-/// Run `f` on a thread. If it takes longer than `secs`, or any thread panics while
-/// it runs (its partner would then wait forever), end the whole test process with
-/// a failure instead of hanging CI.
-fn within<T: Send>(secs: u64, what: &str, f: impl FnOnce() -> T + Send) -> T {
-    static HOOK: std::sync::Once = std::sync::Once::new();
-    HOOK.call_once(|| {
-        let prev = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |i| {
-            PANICKED.store(true, Ordering::SeqCst);
-            prev(i);
-        }));
-    });
-    std::thread::scope(|s| {
-        let h = s.spawn(f);
-        let t0 = Instant::now();
-        while !h.is_finished() {
-            if PANICKED.load(Ordering::SeqCst) || t0.elapsed() > Duration::from_secs(secs) {
-                eprintln!("{what}: a thread panicked or no progress after {secs} s: failing");
-                std::process::exit(101);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        h.join().unwrap()
-    })
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn spin(&mut self, max: usize) {
-        for _ in 0..self.below(max) {
-            std::hint::spin_loop();
-        }
-    }
 }
 
 /// Byte `k` of message `seq` (the first 8 bytes hold `seq` itself when they fit).
@@ -270,7 +212,7 @@ fn allocation_matches_the_reference_model_for_every_policy() {
             spec(Role::Reader, width, Transfer::Push, policy),
         );
         let immediate = matches!(policy, Policy::BestFit | Policy::WorstFit);
-        let mut model = RemoteHeap::new(width, UNIT, policy);
+        let mut model = Rmalloc::new(width, UNIT, policy);
         let mut unsynced: Vec<usize> = Vec::new();
         let mut held: Vec<u64> = Vec::new();
         let mut r = Rng(99);

@@ -13,44 +13,39 @@
 //! tables pass their validation, pinned bytes stay within M + MAXVICTIM and nothing
 //! is left registered after shutdown.
 
-use firehose::api::fh::{thread_stats, thread_stats_reset, PinHow};
+mod common;
+
+use common::{sim_world, within_with, Completion, Rng, Watch};
+use firehose::api::moves::{thread_stats, thread_stats_reset, PinHow};
 use firehose::api::Context;
 use firehose::conduit::sim::SimWorld;
-use firehose::runtime::config::{Config, FhMode};
-use std::sync::atomic::{AtomicBool, Ordering};
+use firehose::firehose::settings::FhMode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 const PAGE: usize = 4096;
 
-/// What the watchdog prints before failing (the tables of the contexts in use).
+/// The contexts of the current world, for `dump_tables`.
 static DUMP: std::sync::Mutex<Vec<Arc<firehose::api::ctx::CtxInner>>> =
     std::sync::Mutex::new(Vec::new());
 
-/// Fail (instead of hanging) if `f` does not finish within `secs`.
+/// The tables of the contexts in use (what the watchdog shows before failing).
+fn dump_tables() -> String {
+    DUMP.lock()
+        .unwrap()
+        .iter()
+        .map(|c| format!("{}\n", c.fh_debug_dump()))
+        .collect()
+}
+
+/// Fail (instead of hanging) if `f` does not finish within `secs`. Only the time is
+/// watched: a panic fails the test the usual way.
 fn within<T: Send>(secs: u64, what: &str, f: impl FnOnce() -> T + Send) -> T {
-    let done = Arc::new(AtomicBool::new(false));
-    let d2 = done.clone();
-    let what2 = what.to_string();
-    let dog = std::thread::spawn(move || {
-        let t0 = Instant::now();
-        while !d2.load(Ordering::Acquire) {
-            if t0.elapsed() > Duration::from_secs(secs) {
-                eprintln!(
-                    "watchdog: '{what2}' did not finish within {secs} s (deadlock or livelock)"
-                );
-                for c in DUMP.lock().unwrap().iter() {
-                    eprintln!("{}", c.fh_debug_dump());
-                }
-                std::process::exit(3);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    });
-    let r = f();
-    done.store(true, Ordering::Release);
-    dog.join().unwrap();
-    r
+    let how = Watch {
+        fail_on_panic: false,
+        exit_code: 3,
+        dump: Some(dump_tables),
+    };
+    within_with(secs, what, how, f)
 }
 
 struct World {
@@ -59,15 +54,11 @@ struct World {
 }
 
 fn world(n: usize, f: usize, victim_pages: usize) -> World {
-    let mut cfg = Config::defaults();
-    cfg.heap_size = 1 << 16;
-    cfg.fh_mode = Some(FhMode::Page);
-    cfg.fh_m = Some(f * PAGE * (n - 1));
-    cfg.fh_maxvictim = Some(victim_pages * PAGE);
-    let w = SimWorld::new(n, cfg.heap_size).unwrap();
-    let c: Vec<Context> = (0..n)
-        .map(|r| Context::new_sim(&w, r, cfg.clone()).unwrap())
-        .collect();
+    let (w, c) = sim_world(n, 1 << 16, Completion::InOrder, |cfg| {
+        cfg.firehose.mode = Some(FhMode::Page);
+        cfg.firehose.m = Some(f * PAGE * (n - 1));
+        cfg.firehose.maxvictim = Some(victim_pages * PAGE);
+    });
     *DUMP.lock().unwrap() = c.iter().map(|x: &Context| x.inner.clone()).collect();
     World { w, c }
 }
@@ -109,20 +100,6 @@ impl World {
                 .iter()
                 .all(|&(a, _)| a >= hb && a < hb + hl));
         }
-    }
-}
-
-/// A small deterministic generator (no shared state between threads).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
     }
 }
 

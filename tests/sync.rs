@@ -1,71 +1,25 @@
 //! Atomics, the MCS lock, barriers and collectives on the sim conduit (one thread
 //! per virtual node; the sim completes the operations of a flush in reverse order).
 
+mod common;
+
+use common::{on_all, serial, sim_world, Completion, Rng};
+use firehose::api::settings::Settings;
+use firehose::api::sync::settings::Algo as BarrierAlgo;
 use firehose::api::Context;
 use firehose::conduit::sim::SimWorld;
 use firehose::conduit::{AtomicOp, Width};
-use firehose::runtime::config::{BarrierAlgo, Config};
 use firehose::Status;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn world_with(n: usize, f: impl Fn(&mut Config)) -> (Arc<SimWorld>, Vec<Context>) {
-    let mut cfg = Config::defaults();
-    cfg.heap_size = 4 << 20;
-    f(&mut cfg);
-    let w = SimWorld::new(n, cfg.heap_size).unwrap();
-    w.reverse_completion.store(true, Ordering::Relaxed);
-    let c = (0..n)
-        .map(|r| Context::new_sim(&w, r, cfg.clone()).unwrap())
-        .collect();
-    (w, c)
+fn world_with(n: usize, f: impl Fn(&mut Settings)) -> (Arc<SimWorld>, Vec<Context>) {
+    sim_world(n, 4 << 20, Completion::Reversed, f)
 }
 
 fn world(n: usize) -> (Arc<SimWorld>, Vec<Context>) {
     world_with(n, |_| {})
-}
-
-static PANICKED: AtomicBool = AtomicBool::new(false);
-
-/// Run one closure per node on its own thread; end the process (failing) if any
-/// panics or the whole thing takes longer than `secs` (partners would hang).
-fn on_all<T: Send>(c: &[Context], secs: u64, f: impl Fn(&Context) -> T + Sync) -> Vec<T> {
-    static HOOK: std::sync::Once = std::sync::Once::new();
-    HOOK.call_once(|| {
-        let prev = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |i| {
-            PANICKED.store(true, Ordering::SeqCst);
-            prev(i);
-        }));
-    });
-    std::thread::scope(|s| {
-        let hs: Vec<_> = c.iter().map(|ctx| s.spawn(|| f(ctx))).collect();
-        let t0 = Instant::now();
-        while !hs.iter().all(|h| h.is_finished()) {
-            if PANICKED.load(Ordering::SeqCst) || t0.elapsed() > Duration::from_secs(secs) {
-                eprintln!("a node panicked or no progress after {secs} s: failing");
-                std::process::exit(101);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 /// fh_malloc on node 0, address known to all.
@@ -292,7 +246,7 @@ fn ctx_try(c: &[Context], locks: &[firehose::api::sync::lock::Lock]) {
 }
 
 fn barrier_skew(algo: BarrierAlgo, n: usize) {
-    let (_w, c) = world_with(n, |cfg| cfg.barrier = algo);
+    let (_w, c) = world_with(n, |cfg| cfg.sync.barrier = algo);
     let arrived: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
     on_all(&c, 120, |ctx| {
         let mut rng = Rng(99 + ctx.rank as u64);
@@ -369,7 +323,7 @@ fn collectives_match_a_reference() {
     let _g = serial();
     for n in [2usize, 3, 5] {
         for lambda in [None, Some(1), Some(3)] {
-            let (_w, c) = world_with(n, |cfg| cfg.bcast_lambda = lambda);
+            let (_w, c) = world_with(n, |cfg| cfg.sync.bcast_lambda = lambda);
             let chunk = firehose::api::sync::area::Area::new(n).chunk;
             let sizes = [0usize, 1, 8, 1000, chunk, 3 * chunk + 5];
             on_all(&c, 300, |ctx| {

@@ -7,6 +7,7 @@ use super::am::AmState;
 use super::ctx::{CtxInner, State, Subsystem};
 use super::heap::Heap;
 use super::rma::RmaState;
+use super::settings::Settings;
 use super::stats::Stats;
 use super::wire;
 use crate::bail;
@@ -14,8 +15,9 @@ use crate::conduit::sim::SimWorld;
 use crate::conduit::{Conduit, Launch};
 use crate::firehose::params::Params;
 use crate::firehose::registry::{LocalRegions, RemoteCache};
+use crate::firehose::settings::FhMode;
 use crate::firehose::state::{FhState, Invalidations};
-use crate::runtime::config::{Config, Progress};
+use crate::runtime::config::Progress;
 use crate::runtime::error::Result;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -25,7 +27,7 @@ use std::thread::JoinHandle;
 
 /// Every subsystem of the API, in the order their progress hooks run.
 static SUBSYSTEMS: &[&Subsystem] = &[
-    &super::fh::SUBSYSTEM,
+    &super::moves::SUBSYSTEM,
     &super::rma::SUBSYSTEM,
     &super::sync::SUBSYSTEM,
     &super::mem::SUBSYSTEM,
@@ -47,7 +49,7 @@ fn report_unknown_env() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let names = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
-        for (name, near) in crate::runtime::config::unknown_env(names) {
+        for (name, near) in Settings::unknown_env(names) {
             match near {
                 Some(s) => eprintln!(
                     "firehose: {} in the environment is not a firehose setting (did you mean {}?)",
@@ -65,7 +67,7 @@ fn report_unknown_env() {
 /// Firehose's parameters as the whole job uses them (collective): each rank derives
 /// its own from its settings and machine (ranks sharing a host share its RAM), then
 /// all take the smallest unit and f ([`Params::agree`]).
-fn agree_params(c: &dyn Conduit, cfg: &Config, host: u64) -> Result<Params> {
+fn agree_params(c: &dyn Conduit, cfg: &Settings, host: u64) -> Result<Params> {
     let caps = c.caps();
     let local_ranks = c
         .allgather_u64(host)?
@@ -73,10 +75,10 @@ fn agree_params(c: &dyn Conduit, cfg: &Config, host: u64) -> Result<Params> {
         .filter(|&&h| h == host)
         .count();
     let p = Params::derive(
-        cfg,
+        &cfg.firehose,
         c.size(),
         local_ranks,
-        caps.fh_mode,
+        default_mode(caps),
         caps.max_registrations,
     );
     // One word: log2(unit) in the top 6 bits, f (saturated) below.
@@ -95,7 +97,13 @@ fn agree_params(c: &dyn Conduit, cfg: &Config, host: u64) -> Result<Params> {
             (1usize << (w >> 58), f)
         })
         .collect();
-    Ok(p.agree(&all, cfg, local_ranks, caps.fh_mode, caps.max_registrations))
+    Ok(p.agree(
+        &all,
+        &cfg.firehose,
+        local_ranks,
+        default_mode(caps),
+        caps.max_registrations,
+    ))
 }
 
 /// A context plus its progress thread.
@@ -111,7 +119,17 @@ impl std::ops::Deref for Context {
     }
 }
 
-fn max_frame(cfg: &Config) -> usize {
+/// Firehose's pin granularity when the user chose none: what the transport registers
+/// cheaply (seed 000 §3.3).
+fn default_mode(caps: &crate::conduit::Caps) -> FhMode {
+    if caps.registers_regions {
+        FhMode::Region
+    } else {
+        FhMode::Page
+    }
+}
+
+fn max_frame(cfg: &Settings) -> usize {
     wire::HEADER + 8 * wire::MAX_ARGS + cfg.am_max_medium
 }
 
@@ -120,7 +138,7 @@ impl Context {
     /// `how` says; `cfg` is this rank's resolution of its settings, and every rank
     /// learns whether some rank's failed or the job-wide ones differ before anything
     /// is created (`conduit::launch`).
-    pub fn new(how: Launch, cfg: Result<Config>) -> Result<Context> {
+    pub fn new(how: Launch, cfg: Result<Settings>) -> Result<Context> {
         let (c, cfg) = crate::conduit::launch(how, cfg, max_frame)?;
         if cfg.verbose {
             report_unknown_env();
@@ -166,7 +184,7 @@ impl Context {
     }
 
     /// Create the context of virtual node `rank` of a sim world.
-    pub fn new_sim(world: &Arc<SimWorld>, rank: usize, cfg: Config) -> Result<Context> {
+    pub fn new_sim(world: &Arc<SimWorld>, rank: usize, cfg: Settings) -> Result<Context> {
         if rank >= world.size() {
             bail!(
                 BadRank,
@@ -178,10 +196,10 @@ impl Context {
         let c = world.conduit(rank, max_frame(&cfg));
         let caps = c.caps();
         let params = Params::derive(
-            &cfg,
+            &cfg.firehose,
             world.size(),
             world.size(),
-            caps.fh_mode,
+            default_mode(caps),
             caps.max_registrations,
         );
         let inner = build(
@@ -345,7 +363,7 @@ fn handlers() -> Vec<(super::am::LibHandler, super::ctx::LibHandlerFn)> {
 /// The context's state, from its conduit, settings and firehose parameters.
 fn build(
     conduit: Arc<dyn Conduit>,
-    cfg: Config,
+    cfg: Settings,
     info: Vec<String>,
     params: Params,
 ) -> Arc<CtxInner> {
@@ -356,7 +374,7 @@ fn build(
     let mut info = info;
     info.push(params.describe());
     let remote_heaps: Vec<(usize, usize)> = (0..size).map(|r| conduit.remote_heap(r)).collect();
-    let (sync, reserved) = super::sync::SyncState::new(&remote_heaps, cfg.barrier);
+    let (sync, reserved) = super::sync::SyncState::new(&remote_heaps, cfg.sync.barrier);
     // The registration table follows the sync area, when every heap has room.
     let tab = super::regtab::Layout::new(size);
     let tab_fits = reserved > 0

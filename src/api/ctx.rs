@@ -12,13 +12,13 @@
 use super::am::table::{self as am, AmState, LibHandler, Token};
 use super::heap::Heap;
 use super::rma::handles::RmaState;
+use super::settings::Settings;
 use super::stats::Stats;
 use super::wire::Frame;
 use crate::conduit::Conduit;
 use crate::err;
 use crate::firehose::registry::{LocalRegions, RemoteCache};
 use crate::firehose::state::{FhState, Invalidations};
-use crate::runtime::config::Config;
 use crate::runtime::error::{Error, Result};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -60,7 +60,7 @@ pub struct CtxInner {
     /// progress thread, or the sim conduit). When false, the fast paths skip locks and
     /// atomic read-modify-writes.
     pub concurrent: bool,
-    pub cfg: Config,
+    pub cfg: Settings,
     pub state: AtomicU8,
     /// The subsystems composed into this context (their hooks run from here).
     pub(crate) subsystems: &'static [&'static Subsystem],
@@ -79,7 +79,7 @@ pub struct CtxInner {
     pub regtab: super::regtab::table::RegTab,
     pub remote: RemoteCache,
     pub stats: Stats,
-    /// Firehose: tables, moves in flight, explicit pins (`api::fh`).
+    /// Firehose: tables, moves in flight, explicit pins (`api::moves`).
     pub fh: FhState,
     /// rpipe handshakes and open pipes (`api::rpipe`).
     pub rpipe: super::rpipe::state::RpipeState,

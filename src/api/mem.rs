@@ -1,6 +1,6 @@
 //! Memory: `fh_malloc` heap, explicit registration, and the remote access check.
 //!
-//! Access to a peer's user memory goes through firehose (`api::fh`): the target is
+//! Access to a peer's user memory goes through firehose (`api::moves`): the target is
 //! the only authority. When a move asks for memory inside a region the target
 //! registered explicitly, the target answers with that region (it acts as prepinned),
 //! remembers the initiator as a holder, and the initiator caches it: later accesses
@@ -41,6 +41,10 @@ impl CtxInner {
         self.heap.free(addr)
     }
 
+    /// Long because registering is a ladder (mlock, conduit register, `local_regs`
+    /// entry, `regtab` publish) whose failure paths each undo the earlier rungs in
+    /// reverse order: split up, every helper would need to know which rungs its caller
+    /// already holds.
     pub fn mem_register(&self, addr: usize, len: usize) -> Result<()> {
         self.check_live()?;
         if addr == 0 {

@@ -11,9 +11,12 @@
 //! - at once, when the peer is a process on this node that no longer exists
 //!   (`FH_ERR_TRANSPORT`): a dead peer never answers;
 //! - for waits that need the peer to make a call ([`Wait::needs_call`]: a barrier, a
-//!   collective, a lock hand-over, an rpipe message), within 50 ms of the peer
-//!   calling `fh_finalize` or exiting without it (its life word, `sync::area::Life`):
-//!   `FH_ERR_STATE` naming it. Waits for what a finalizing rank still serves (moves,
+//!   collective, a lock hand-over, an rpipe message), within about 100 ms of the
+//!   peer calling `fh_finalize` or exiting without it (its life word,
+//!   `sync::area::Life`): `FH_ERR_STATE` naming it. Two life checks in a row must
+//!   see it, so what the peer did just before finalizing (a flag, a chunk) is seen
+//!   by the wait's own test first; a barrier wait does not blame a peer that
+//!   notified this barrier before it finalized (the epoch in its life word). Waits for what a finalizing rank still serves (moves,
 //!   AM handlers, acknowledgements) go on: it serves until every rank finalizes.
 
 use super::ctx::CtxInner;
@@ -32,6 +35,9 @@ pub struct Wait {
     /// It arrives only if the peer makes a call (it does not come from the peer's
     /// progress alone): a peer that finalized or exited ends the wait.
     pub needs_call: bool,
+    /// A wait inside barrier epoch `e`: a peer that notified it (or a later one)
+    /// before finalizing owes it nothing more (its flags are on their way).
+    pub barrier: Option<u64>,
 }
 
 impl Wait {
@@ -41,6 +47,7 @@ impl Wait {
             peer,
             missing,
             needs_call: false,
+            barrier: None,
         }
     }
 
@@ -51,6 +58,15 @@ impl Wait {
             peer,
             missing,
             needs_call: true,
+            barrier: None,
+        }
+    }
+
+    /// As `call`, for a wait inside barrier epoch `epoch`.
+    pub const fn in_barrier(self, epoch: u64) -> Wait {
+        Wait {
+            barrier: Some(epoch),
+            ..self
         }
     }
 }
@@ -69,6 +85,10 @@ pub struct Watch<'a> {
     rounds: u32,
     warned: bool,
     life_checked: Instant,
+    /// A peer looked finalized or exited at the last life check. The wait fails
+    /// only if it still does at the next one, so the wait's condition is tested
+    /// again in between: what the peer did just before finalizing is then seen.
+    suspect: bool,
 }
 
 impl<'a> Watch<'a> {
@@ -80,6 +100,7 @@ impl<'a> Watch<'a> {
             rounds: 0,
             warned: false,
             life_checked: Instant::now(),
+            suspect: false,
         }
     }
 
@@ -121,8 +142,9 @@ impl<'a> Watch<'a> {
         Ok(())
     }
 
-    /// The peer (or, for a wait on any peer, every peer) finalized or exited?
-    fn check_life(&self) -> Result<()> {
+    /// The peer (or, for a wait on any peer, every peer) finalized or exited? Said
+    /// at the second check in a row that sees it (see `suspect`).
+    fn check_life(&mut self) -> Result<()> {
         use crate::api::sync::area::Life;
         let ctx = self.ctx;
         let peers: Vec<usize> = match self.what.peer {
@@ -131,10 +153,15 @@ impl<'a> Watch<'a> {
         };
         for p in peers {
             let how = match ctx.peer_life(p) {
-                Life::Live => continue,
-                Life::Finalizing => "called fh_finalize",
-                Life::Exited => "exited without fh_finalize",
+                (Life::Live, _) => continue,
+                (Life::Finalizing, e) if self.what.barrier.is_some_and(|b| e >= b) => continue,
+                (Life::Finalizing, _) => "called fh_finalize",
+                (Life::Exited, _) => "exited without fh_finalize",
             };
+            if !self.suspect {
+                self.suspect = true;
+                return Ok(());
+            }
             crate::bail!(
                 State,
                 "{}: rank {} {} while this rank waited for {}; it will not come",
@@ -144,6 +171,7 @@ impl<'a> Watch<'a> {
                 self.what.missing
             );
         }
+        self.suspect = false;
         Ok(())
     }
 

@@ -35,8 +35,9 @@ pub struct Caps {
     pub frame_headroom: usize,
     /// Remote atomics are implemented.
     pub atomics: bool,
-    /// Firehose mode when the user chose none (seed 000 §3.3: the network decides).
-    pub fh_mode: crate::runtime::config::FhMode,
+    /// The transport registers any range as cheaply as a page (seed 000 §3.3: the
+    /// network decides): Firehose then pins regions unless the user chose pages.
+    pub registers_regions: bool,
     /// Separate registrations firehose may hold at once (None: no limit).
     pub max_registrations: Option<usize>,
     /// Separate `fh_mem_register` ranges the conduit keeps room for (None: no limit).
@@ -349,11 +350,11 @@ pub enum Launch {
 /// resolution of its settings: every rank learns whether some rank's failed or the
 /// job-wide ones differ, before anything is created. `max_frame` gives the largest
 /// frame for a configuration.
-pub fn launch(
+pub fn launch<S: crate::runtime::config::Resolved>(
     how: Launch,
-    cfg: crate::runtime::error::Result<crate::runtime::config::Config>,
-    max_frame: fn(&crate::runtime::config::Config) -> usize,
-) -> Result<(std::sync::Arc<dyn Conduit>, crate::runtime::config::Config)> {
+    cfg: crate::runtime::error::Result<S>,
+    max_frame: fn(&S) -> usize,
+) -> Result<(std::sync::Arc<dyn Conduit>, S)> {
     mpi::launch(how, cfg, max_frame)
 }
 

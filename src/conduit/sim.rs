@@ -8,7 +8,6 @@
 //! to flush or to keep memory registered fail their tests here.
 
 use super::{Caps, Conduit, LongIn, LongSrc, SendId, Sink};
-use crate::runtime::config::FhMode;
 use crate::runtime::error::Result;
 use crate::runtime::os::Mapping;
 use crate::{bail, err};
@@ -102,7 +101,7 @@ impl SimWorld {
                 max_frame,
                 frame_headroom: 0,
                 atomics: true,
-                fh_mode: FhMode::Page,
+                registers_regions: false,
                 max_registrations: None,
                 user_registrations: None,
                 registrations_fix: "",
@@ -434,9 +433,9 @@ impl Conduit for SimConduit {
             );
         }
         let long = long.map(|l| match l {
-            // SAFETY: the caller guarantees ptr is readable for len bytes for the
-            // duration of the send; we copy immediately, so the send is done at once.
             LongSrc::Borrowed { ptr, len } => {
+                // SAFETY: the caller guarantees ptr is readable for len bytes for the
+                // duration of the send; we copy immediately, so the send is done at once.
                 unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec()
             }
             LongSrc::Owned(v) => v,

@@ -86,9 +86,12 @@ pub extern "C" fn fh_am_request_short(
     nargs: usize,
 ) -> c_int {
     crate::ffi_boundary!(status {
-        // SAFETY: validated handle; args holds nargs values (caller contract).
+        // SAFETY: ctx_ref checks the handle; the context is not finalized concurrently
+        // with this call (header contract).
         let c = unsafe { ctx_ref(ctx)? };
         let r = c.check_rank(rank as i64)?;
+        // SAFETY: args points to nargs readable u64 for this call (caller contract);
+        // slice refuses NULL with a non-zero count.
         let a = unsafe { slice(args, nargs, "args")? };
         c.am_request(r, Category::Short, user_index(index)?, a, &[], None)?;
         OK
@@ -111,10 +114,15 @@ pub extern "C" fn fh_am_request_medium(
     nargs: usize,
 ) -> c_int {
     crate::ffi_boundary!(status {
-        // SAFETY: validated handle; buf/args hold nbytes/nargs (caller contract).
+        // SAFETY: ctx_ref checks the handle; the context is not finalized concurrently
+        // with this call (header contract).
         let c = unsafe { ctx_ref(ctx)? };
         let r = c.check_rank(rank as i64)?;
+        // SAFETY: args points to nargs readable u64 for this call (caller contract);
+        // slice refuses NULL with a non-zero count.
         let a = unsafe { slice(args, nargs, "args")? };
+        // SAFETY: buf is readable for nbytes bytes for this call (caller contract);
+        // slice refuses NULL with a non-zero count.
         let b = unsafe { slice(buf as *const u8, nbytes, "buf")? };
         c.am_request(r, Category::Medium, user_index(index)?, a, b, None)?;
         OK
@@ -138,10 +146,15 @@ pub extern "C" fn fh_am_request_long(
     nargs: usize,
 ) -> c_int {
     crate::ffi_boundary!(status {
-        // SAFETY: validated handle; buf/args hold nbytes/nargs (caller contract).
+        // SAFETY: ctx_ref checks the handle; the context is not finalized concurrently
+        // with this call (header contract).
         let c = unsafe { ctx_ref(ctx)? };
         let r = c.check_rank(rank as i64)?;
+        // SAFETY: args points to nargs readable u64 for this call (caller contract);
+        // slice refuses NULL with a non-zero count.
         let a = unsafe { slice(args, nargs, "args")? };
+        // SAFETY: buf is readable for nbytes bytes for this call (caller contract);
+        // slice refuses NULL with a non-zero count.
         let b = unsafe { slice(buf as *const u8, nbytes, "buf")? };
         if dst.is_null() {
             crate::bail!(InvalidArg, "dst is NULL");
@@ -177,8 +190,11 @@ pub extern "C" fn fh_am_reply_short(
     nargs: usize,
 ) -> c_int {
     crate::ffi_boundary!(status {
-        // SAFETY: token validated; args holds nargs (caller contract).
+        // SAFETY: tok is the token passed to the running handler (caller contract);
+        // Token::from_ptr refuses NULL and checks its magic.
         let t = unsafe { token(tok)? };
+        // SAFETY: args points to nargs readable u64 for this call (caller contract);
+        // slice refuses NULL with a non-zero count.
         let a = unsafe { slice(args, nargs, "args")? };
         t.ctx().am_reply(t, Category::Short, user_index(index)?, a, &[], None)?;
         OK
@@ -198,9 +214,14 @@ pub extern "C" fn fh_am_reply_medium(
     nargs: usize,
 ) -> c_int {
     crate::ffi_boundary!(status {
-        // SAFETY: token validated; buf/args hold nbytes/nargs (caller contract).
+        // SAFETY: tok is the token passed to the running handler (caller contract);
+        // Token::from_ptr refuses NULL and checks its magic.
         let t = unsafe { token(tok)? };
+        // SAFETY: args points to nargs readable u64 for this call (caller contract);
+        // slice refuses NULL with a non-zero count.
         let a = unsafe { slice(args, nargs, "args")? };
+        // SAFETY: buf is readable for nbytes bytes for this call (caller contract);
+        // slice refuses NULL with a non-zero count.
         let b = unsafe { slice(buf as *const u8, nbytes, "buf")? };
         t.ctx().am_reply(t, Category::Medium, user_index(index)?, a, b, None)?;
         OK
@@ -223,9 +244,14 @@ pub extern "C" fn fh_am_reply_long(
     nargs: usize,
 ) -> c_int {
     crate::ffi_boundary!(status {
-        // SAFETY: token validated; buf/args hold nbytes/nargs (caller contract).
+        // SAFETY: tok is the token passed to the running handler (caller contract);
+        // Token::from_ptr refuses NULL and checks its magic.
         let t = unsafe { token(tok)? };
+        // SAFETY: args points to nargs readable u64 for this call (caller contract);
+        // slice refuses NULL with a non-zero count.
         let a = unsafe { slice(args, nargs, "args")? };
+        // SAFETY: buf is readable for nbytes bytes for this call (caller contract);
+        // slice refuses NULL with a non-zero count.
         let b = unsafe { slice(buf as *const u8, nbytes, "buf")? };
         if dst.is_null() {
             crate::bail!(InvalidArg, "dst is NULL");

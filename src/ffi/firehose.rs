@@ -3,15 +3,18 @@
 //! that manage pins themselves.
 
 use super::{ctx_ref, fh_ctx_t, out, OK};
-use crate::api::fh::{FhSnapshot, PinHow, PinObj, ThreadStats, PIN_DEAD, PIN_MAGIC};
+use crate::api::moves::{FhSnapshot, PinHow, PinObj, ThreadStats};
 use crate::runtime::error::{Result, Status};
 use std::os::raw::{c_int, c_void};
 
 /// Opaque pin (`fh_pin_t *`): a range kept pinned (locally, or remotely through this
-/// rank's firehoses) until fh_release.
+/// rank's firehoses) until fh_release; a generation-checked table entry
+/// (`super::handle`), so a released pin's handle is FH_ERR_STATE.
 pub struct fh_pin_t {
-    inner: PinObj,
+    _opaque: [u8; 0],
 }
+
+static PINS: super::handle::Table<PinObj> = super::handle::Table::new("fh_pin_t", 3, "fh_release");
 
 /// Completion callback of a non-blocking fh_remote_pin: `pin` is the new pin (the
 /// callback owns it and must fh_release it eventually) or NULL when `status` is an
@@ -20,9 +23,15 @@ pub struct fh_pin_t {
 pub type fh_pin_cb_t =
     Option<unsafe extern "C" fn(pin: *mut fh_pin_t, status: c_int, arg: *mut c_void)>;
 
-#[allow(clippy::boxed_local)]
+/// A handle for a new pin (the table's capacity of a million pins is the limit).
 fn wrap(p: Box<PinObj>) -> *mut fh_pin_t {
-    Box::into_raw(Box::new(fh_pin_t { inner: *p }))
+    match PINS.insert(p) {
+        Ok(h) => h as *mut fh_pin_t,
+        Err(e) => {
+            crate::runtime::error::set_last_error(&e.to_string());
+            std::ptr::null_mut()
+        }
+    }
 }
 
 fn check_out(pin_out: *mut *mut fh_pin_t) -> Result<()> {
@@ -237,14 +246,7 @@ pub extern "C" fn fh_pin_bounds(
     len_out: *mut usize,
 ) -> c_int {
     crate::ffi_boundary!(status {
-        if pin.is_null() {
-            crate::bail!(InvalidArg, "pin is NULL");
-        }
-        // SAFETY: non-null pins come from the fh_*_pin calls (caller contract).
-        let p = unsafe { &(*pin).inner };
-        if p.magic != PIN_MAGIC {
-            crate::bail!(InvalidArg, "pin is not a live fh_pin_t (released already?)");
-        }
+        let p = PINS.get(pin as usize)?;
         if addr_out.is_null() || len_out.is_null() {
             crate::bail!(InvalidArg, "addr_out or len_out is NULL");
         }
@@ -257,8 +259,8 @@ pub extern "C" fn fh_pin_bounds(
     })
 }
 
-/// Release a pin (its references; the memory may later be unpinned) and free the
-/// fh_pin_t. Using the pin afterwards is undefined. After fh_mem_invalidate of its
+/// Release a pin (its references; the memory may later be unpinned) and retire the
+/// fh_pin_t: using it afterwards is FH_ERR_STATE. After fh_mem_invalidate of its
 /// range a pin's release is accepted and has no effect. Also from pin callbacks.
 /// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
 /// below it, one thread at a time per the MPI thread level). Also from AM handlers.
@@ -267,24 +269,14 @@ pub extern "C" fn fh_release(ctx: *mut fh_ctx_t, pin: *mut fh_pin_t) -> c_int {
     crate::ffi_boundary!(status {
         // SAFETY: validated handle.
         let c = unsafe { ctx_ref(ctx)? };
-        if pin.is_null() {
-            crate::bail!(InvalidArg, "pin is NULL");
-        }
-        // SAFETY: non-null pins come from the fh_*_pin calls (caller contract).
-        let p = unsafe { &mut (*pin).inner };
-        if p.magic != PIN_MAGIC {
-            crate::bail!(InvalidArg, "pin is not a live fh_pin_t (released already?)");
-        }
-        if p.owner != c.id() {
+        if PINS.get(pin as usize)?.owner != c.id() {
             crate::bail!(
                 InvalidArg,
                 "the pin belongs to another context: release it with the context that made it"
             );
         }
-        p.magic = PIN_DEAD;
-        // SAFETY: the pointer came from Box::into_raw in this module.
-        let b = unsafe { Box::from_raw(pin) };
-        c.release_pin(b.inner)?;
+        let b = PINS.remove(pin as usize)?;
+        c.release_pin(*b)?;
         OK
     })
 }
@@ -327,7 +319,7 @@ pub extern "C" fn fh_stats_reset(ctx: *mut fh_ctx_t) -> c_int {
 #[no_mangle]
 pub extern "C" fn fh_stats_thread_get(out_stats: *mut ThreadStats) -> c_int {
     crate::ffi_boundary!(status {
-        let s = crate::api::fh::thread_stats();
+        let s = crate::api::moves::thread_stats();
         // SAFETY: out() refuses NULL; the caller provides writable storage.
         unsafe { out(out_stats, s, "out")? };
         OK
@@ -339,7 +331,7 @@ pub extern "C" fn fh_stats_thread_get(out_stats: *mut ThreadStats) -> c_int {
 #[no_mangle]
 pub extern "C" fn fh_stats_thread_reset() -> c_int {
     crate::ffi_boundary!(status {
-        crate::api::fh::thread_stats_reset();
+        crate::api::moves::thread_stats_reset();
         OK
     })
 }

@@ -1,6 +1,7 @@
 //! Header section: configuration and lifecycle.
 
 use super::{ctx_finalize, ctx_ref, fh_ctx_t, OK};
+use crate::api::settings::Settings;
 use crate::api::{Context, Launch};
 use crate::runtime::config::{Config, Pin, Progress, ThreadLevel};
 use crate::runtime::error::{set_last_error, Result};
@@ -77,6 +78,10 @@ fn to_struct(c: &Config) -> fh_config_t {
 ///
 /// # Safety
 /// `cfg` must be null or point to at least `struct_size` readable bytes.
+///
+/// Long because it compares each field of `fh_config_t` with the default, one
+/// `if` per field mirroring the struct; the `struct_size` checks before them are the
+/// SAFETY argument for copying a caller's possibly shorter (older-header) struct.
 unsafe fn overrides(cfg: *const fh_config_t) -> Result<Vec<(&'static str, String)>> {
     if cfg.is_null() {
         return Ok(Vec::new());
@@ -99,7 +104,7 @@ unsafe fn overrides(cfg: *const fh_config_t) -> Result<Vec<(&'static str, String
             size
         );
     }
-    let d = Config::defaults();
+    let d = Settings::defaults();
     let mut c = to_struct(&d);
     // SAFETY: copy the prefix the caller has (older headers have fewer fields).
     unsafe {
@@ -170,11 +175,11 @@ pub extern "C" fn fh_config_init(cfg: *mut fh_config_t) {
         if cfg.is_null() {
             crate::bail!(InvalidArg, "cfg is NULL");
         }
-        let c = match Config::from_env(&[]) {
+        let c = match Settings::from_env(&[]) {
             Ok(c) => c,
             Err(e) => {
                 set_last_error(&e.to_string());
-                Config::defaults()
+                Settings::defaults()
             }
         };
         // SAFETY: cfg is non-null and points to an fh_config_t (caller contract).
@@ -185,8 +190,9 @@ pub extern "C" fn fh_config_init(cfg: *mut fh_config_t) {
 
 fn finish_init(ctx: Result<Context>, ctx_out: *mut *mut fh_ctx_t) -> Result<c_int> {
     let ctx = ctx?;
+    let h = fh_ctx_t::new(ctx)?;
     // SAFETY: ctx_out was checked non-null by the caller before any work.
-    unsafe { *ctx_out = fh_ctx_t::new(ctx) };
+    unsafe { *ctx_out = h };
     OK
 }
 
@@ -214,7 +220,7 @@ pub extern "C" fn fh_init_comm_f(
             crate::bail!(InvalidArg, "ctx_out is NULL");
         }
         // SAFETY: cfg is null or a caller-provided fh_config_t.
-        let c = unsafe { overrides(cfg) }.and_then(|o| Config::from_env(&o));
+        let c = unsafe { overrides(cfg) }.and_then(|o| Settings::from_env(&o));
         super::install_hooks();
         finish_init(Context::new(Launch::Comm(comm_f), c), ctx_out)
     })
@@ -232,7 +238,7 @@ pub extern "C" fn fh_init_world(cfg: *const fh_config_t, ctx_out: *mut *mut fh_c
             crate::bail!(InvalidArg, "ctx_out is NULL");
         }
         // SAFETY: cfg is null or a caller-provided fh_config_t.
-        let c = unsafe { overrides(cfg) }.and_then(|o| Config::from_env(&o));
+        let c = unsafe { overrides(cfg) }.and_then(|o| Settings::from_env(&o));
         super::install_hooks();
         let level = c.as_ref().map_or(ThreadLevel::Multiple, |c| c.mpi_thread);
         finish_init(Context::new(Launch::World(level), c), ctx_out)
@@ -302,7 +308,7 @@ pub extern "C" fn fh_poll(ctx: *mut fh_ctx_t) -> c_int {
 pub extern "C" fn fh_config_print(ctx: *const fh_ctx_t) -> c_int {
     crate::ffi_boundary!(status {
         let text = if ctx.is_null() {
-            let c = Config::from_env(&[])?;
+            let c = Settings::from_env(&[])?;
             format!("firehose {} configuration (no context):\n{}", env!("CARGO_PKG_VERSION"), c.render())
         } else {
             // SAFETY: validated handle.

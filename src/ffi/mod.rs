@@ -10,14 +10,13 @@
 
 use crate::api::Context;
 use crate::runtime::error::{set_last_error, Error, Result, Status};
-use std::cell::UnsafeCell;
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 pub mod am;
 pub mod atomic;
 pub mod firehose;
+pub mod handle;
 pub mod init;
 pub mod mem;
 /// cbindgen:ignore
@@ -88,38 +87,27 @@ macro_rules! ffi_boundary {
 
 pub const OK: Result<c_int> = Ok(Status::Ok as c_int);
 
-const CTX_LIVE: u64 = 0x6669_7265_686f_7365; // "firehose"
-const CTX_DEAD: u64 = 0x6465_6164_6465_6164; // "deaddead"
-/// Finalized by `MPI_Finalize` (the program called it first): `fh_finalize` is then
-/// a no-op that succeeds, every other call `FH_ERR_STATE`.
-const CTX_MPI_DONE: u64 = 0x6d70_6964_6f6e_6521; // "mpidone!"
+/// Every live context, behind its handle (`handle`).
+static CTXS: handle::Table<Context> = handle::Table::new("fh_ctx_t", 1, "fh_finalize");
 
-/// Live handles, in creation order (addresses of `fh_ctx_t`s).
-static HANDLES: parking_lot::Mutex<Vec<usize>> = parking_lot::Mutex::new(Vec::new());
+/// Handles of contexts `MPI_Finalize` finalized (the program called it first):
+/// `fh_finalize` on them then succeeds, every other call is `FH_ERR_STATE`.
+static MPI_DONE: parking_lot::Mutex<Vec<usize>> = parking_lot::Mutex::new(Vec::new());
 
-/// Opaque context handle (`fh_ctx_t *`).
-///
-/// After `fh_finalize` the handle's memory is kept (a few bytes) with a "finalized"
-/// mark so later calls return `FH_ERR_STATE` instead of touching freed memory.
+/// Opaque context handle (`fh_ctx_t *`): a generation-checked table entry, never a
+/// pointer to memory (`handle`).
 pub struct fh_ctx_t {
-    magic: AtomicU64,
-    ctx: UnsafeCell<Option<Context>>,
+    _opaque: [u8; 0],
 }
 
 impl fh_ctx_t {
-    pub(crate) fn new(ctx: Context) -> *mut fh_ctx_t {
-        let p = Box::into_raw(Box::new(fh_ctx_t {
-            magic: AtomicU64::new(CTX_LIVE),
-            ctx: UnsafeCell::new(Some(ctx)),
-        }));
-        HANDLES.lock().push(p as usize);
-        p
+    pub(crate) fn new(ctx: Context) -> Result<*mut fh_ctx_t> {
+        Ok(CTXS.insert(Box::new(ctx))? as *mut fh_ctx_t)
     }
 }
 
-/// Before any context exists: have `MPI_Finalize` finalize the contexts still live
-/// (newest first is not required: every rank finalizes them in creation order), and
-/// a process that exits without finalizing tell its peers.
+/// Before any context exists: have `MPI_Finalize` finalize the contexts still live,
+/// and a process that exits without finalizing tell its peers.
 pub(crate) fn install_hooks() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -134,19 +122,11 @@ pub(crate) fn install_hooks() {
 
 /// `MPI_Finalize` is under way with contexts still live: finalize them (collective:
 /// every rank is in `MPI_Finalize`, and runs this for the same contexts in the same
-/// order). Their handles stay valid memory; `fh_finalize` on them then succeeds.
+/// order: the table's slots were filled in creation order on every rank).
 fn finalize_for_mpi() {
     let _in = crate::api::progress::Inside::enter();
-    let list: Vec<usize> = std::mem::take(&mut *HANDLES.lock());
-    for p in list {
-        // SAFETY: the address came from fh_ctx_t::new and handles are never freed;
-        // MPI_Finalize is called when no other thread uses the library.
-        let h = unsafe { &*(p as *const fh_ctx_t) };
-        if h.magic.load(Ordering::Acquire) != CTX_LIVE {
-            continue;
-        }
-        // SAFETY: as above.
-        if let Some(c) = unsafe { (*h.ctx.get()).as_ref() } {
+    for h in CTXS.handles() {
+        if let Ok(c) = CTXS.get(h) {
             if let Err(e) = c.finalize() {
                 eprintln!(
                     "firehose[{}]: finalizing a context inside MPI_Finalize: {}",
@@ -154,16 +134,17 @@ fn finalize_for_mpi() {
                 );
             }
         }
-        h.magic.store(CTX_MPI_DONE, Ordering::Release);
-        // SAFETY: as above; nobody else holds a reference into it now.
-        drop(unsafe { (*h.ctx.get()).take() });
+        if CTXS.remove(h).is_ok() {
+            MPI_DONE.lock().push(h);
+        }
     }
 }
 
 /// Borrow the context behind a C handle, or say what is wrong with the handle.
 ///
 /// # Safety
-/// `p` must be null or a pointer returned by `fh_init*` (finalized handles are fine).
+/// The reference is valid until the context is finalized, which the header forbids
+/// to happen concurrently with any other call on it.
 pub(crate) unsafe fn ctx_ref<'a>(p: *const fh_ctx_t) -> Result<&'a Context> {
     if p.is_null() {
         return Err(crate::err!(
@@ -171,29 +152,14 @@ pub(crate) unsafe fn ctx_ref<'a>(p: *const fh_ctx_t) -> Result<&'a Context> {
             "ctx is NULL (create one with fh_init)"
         ));
     }
-    // SAFETY: non-null handles come from fh_init* and are never freed.
-    let h = unsafe { &*p };
-    match h.magic.load(Ordering::Acquire) {
-        CTX_LIVE => {}
-        CTX_DEAD => return Err(crate::err!(State, "ctx was finalized")),
-        CTX_MPI_DONE => {
-            return Err(crate::err!(
-                State,
-                "ctx was finalized by MPI_Finalize (call fh_finalize before MPI_Finalize)"
-            ))
-        }
-        _ => {
-            return Err(crate::err!(
-                InvalidArg,
-                "ctx is not a firehose context (uninitialised or corrupted pointer)"
-            ))
-        }
-    }
-    // SAFETY: the Option is only taken by fh_finalize, which the header forbids to
-    // run concurrently with other calls on the same context.
-    match unsafe { &*h.ctx.get() } {
-        Some(c) => Ok(c),
-        None => Err(crate::err!(State, "ctx was finalized")),
+    match CTXS.get(p as usize) {
+        Ok(c) => Ok(c),
+        Err(e) if MPI_DONE.lock().contains(&(p as usize)) => Err(crate::err!(
+            State,
+            "ctx was finalized by MPI_Finalize (call fh_finalize before MPI_Finalize): {}",
+            e.msg
+        )),
+        Err(e) => Err(e),
     }
 }
 
@@ -202,8 +168,7 @@ pub(crate) unsafe fn ctx_ref<'a>(p: *const fh_ctx_t) -> Result<&'a Context> {
 /// # Safety
 /// As `ctx_ref`; no other thread may use the context concurrently.
 pub(crate) unsafe fn ctx_finalize(p: *mut fh_ctx_t) -> Result<()> {
-    // SAFETY: non-null handles come from fh_init* and are never freed.
-    if !p.is_null() && unsafe { &*p }.magic.load(Ordering::Acquire) == CTX_MPI_DONE {
+    if MPI_DONE.lock().contains(&(p as usize)) {
         return Ok(()); // MPI_Finalize did it
     }
     // SAFETY: forwarded contract.
@@ -213,12 +178,7 @@ pub(crate) unsafe fn ctx_finalize(p: *mut fh_ctx_t) -> Result<()> {
         // Refused before any teardown (e.g. called from a handler): still usable.
         return r;
     }
-    // SAFETY: p was validated above.
-    let h = unsafe { &*p };
-    h.magic.store(CTX_DEAD, Ordering::Release);
-    HANDLES.lock().retain(|&x| x != p as usize);
-    // SAFETY: no concurrent users (caller contract); dropping the context here.
-    drop(unsafe { (*h.ctx.get()).take() });
+    drop(CTXS.remove(p as usize)?);
     r
 }
 

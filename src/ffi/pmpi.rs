@@ -106,7 +106,7 @@ pub unsafe extern "C" fn MPI_Recv(
     comm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> c_int {
-    // SAFETY (whole body): the caller's arguments, unchanged; req lives on this frame.
+    // SAFETY: (whole body) the caller's arguments, unchanged; req lives on this frame.
     unsafe {
         if !progress::wanted() {
             return ffi::PMPI_Recv(buf, count, dt, src, tag, comm, status);
@@ -139,7 +139,7 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     comm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> c_int {
-    // SAFETY (whole body): the caller's arguments, unchanged; both requests live on
+    // SAFETY: (whole body) the caller's arguments, unchanged; both requests live on
     // this frame until driven to completion.
     unsafe {
         if !progress::wanted() {

@@ -187,8 +187,11 @@ pub extern "C" fn fh_wait(ctx: *mut fh_ctx_t, h: fh_handle_t) -> c_int {
 #[no_mangle]
 pub extern "C" fn fh_wait_all(ctx: *mut fh_ctx_t, hs: *mut fh_handle_t, n: usize) -> c_int {
     crate::ffi_boundary!(status {
-        // SAFETY: validated handle; hs holds n handles (caller contract).
+        // SAFETY: ctx_ref checks the handle; the context is not finalized concurrently
+        // with this call (header contract).
         let c = unsafe { ctx_ref(ctx)? };
+        // SAFETY: hs points to n writable handles, not accessed elsewhere during this
+        // call (caller contract); slice_mut refuses NULL with a non-zero count.
         let hs = unsafe { slice_mut(hs, n, "hs")? };
         c.wait_all(hs)?;
         OK
@@ -202,8 +205,11 @@ pub extern "C" fn fh_wait_all(ctx: *mut fh_ctx_t, hs: *mut fh_handle_t, n: usize
 #[no_mangle]
 pub extern "C" fn fh_test_all(ctx: *mut fh_ctx_t, hs: *mut fh_handle_t, n: usize) -> c_int {
     crate::ffi_boundary!(status {
-        // SAFETY: validated handle; hs holds n handles (caller contract).
+        // SAFETY: ctx_ref checks the handle; the context is not finalized concurrently
+        // with this call (header contract).
         let c = unsafe { ctx_ref(ctx)? };
+        // SAFETY: hs points to n writable handles, not accessed elsewhere during this
+        // call (caller contract); slice_mut refuses NULL with a non-zero count.
         let hs = unsafe { slice_mut(hs, n, "hs")? };
         Ok(if c.test_all(hs)? { 0 } else { 1 })
     })
@@ -216,8 +222,11 @@ pub extern "C" fn fh_test_all(ctx: *mut fh_ctx_t, hs: *mut fh_handle_t, n: usize
 #[no_mangle]
 pub extern "C" fn fh_wait_some(ctx: *mut fh_ctx_t, hs: *mut fh_handle_t, n: usize) -> c_int {
     crate::ffi_boundary!(status {
-        // SAFETY: validated handle; hs holds n handles (caller contract).
+        // SAFETY: ctx_ref checks the handle; the context is not finalized concurrently
+        // with this call (header contract).
         let c = unsafe { ctx_ref(ctx)? };
+        // SAFETY: hs points to n writable handles, not accessed elsewhere during this
+        // call (caller contract); slice_mut refuses NULL with a non-zero count.
         let hs = unsafe { slice_mut(hs, n, "hs")? };
         c.wait_some(hs)?;
         OK

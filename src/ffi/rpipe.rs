@@ -1,19 +1,14 @@
 //! Header section: rmalloc / rpipe (seed 003).
 //!
-//! `rpipe_t *` handles are not pointers to memory: they encode a slot of a
-//! process-wide table and the slot's generation. A handle used after
-//! `rpipe_close` names a generation that no longer exists and is refused with
-//! `FH_ERR_STATE`, without touching freed memory and without leaking a tombstone
-//! per pipe.
+//! `rpipe_t *` handles are entries of the generation-checked handle table
+//! (`super::handle`): a handle used after `rpipe_close` is `FH_ERR_STATE`, without
+//! touching freed memory.
 
 use super::{ctx_ref, fh_ctx_t, OK};
 use crate::api::rpipe::{self, Pipe, Policy, Role, Spec, Transfer};
 use crate::bail;
 use crate::runtime::error::{Result, Status};
-use parking_lot::Mutex;
-use std::collections::VecDeque;
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// Opaque pipe handle (`rpipe_t *`).
@@ -75,107 +70,22 @@ pub struct rpipe_stats_t {
     pub heap_fragmentation: f64,
 }
 
-/// Pipes one process may have open at once (slots are reused after close).
-const MAX_PIPES: usize = CHUNK * CHUNKS;
-const CHUNK: usize = 1024;
-const CHUNKS: usize = 1024;
-
-/// One handle slot. `gen` changes at every close, so an old handle no longer matches.
-/// `pipe` keeps the (closed) pipe alive until the slot is reused.
-struct Slot {
-    gen: AtomicU32,
-    pipe: AtomicPtr<Pipe>,
-}
-
-/// Slots in chunks allocated on first use and never freed, so a lookup is two plain
-/// loads with no lock and no reference count (the hot path polls rpipe_try_rread).
-static CHUNK_TABLE: [AtomicPtr<[Slot; CHUNK]>; CHUNKS] =
-    [const { AtomicPtr::new(std::ptr::null_mut()) }; CHUNKS];
-
-/// Free slots, reused oldest first (a handle used after close stays refused as long
-/// as possible), and the next never-used slot.
-static FREE: Mutex<(VecDeque<usize>, usize)> = Mutex::new((VecDeque::new(), 0));
-
-fn slot(i: usize) -> Option<&'static Slot> {
-    let c = CHUNK_TABLE.get(i / CHUNK)?.load(Ordering::Acquire);
-    // SAFETY: a non-null chunk pointer comes from Box::into_raw below and is never
-    // freed, so it is valid for 'static.
-    (!c.is_null()).then(|| unsafe { &(*c)[i % CHUNK] })
-}
+/// Every open pipe, behind its handle.
+static PIPES: super::handle::Table<Arc<Pipe>> =
+    super::handle::Table::new("rpipe_t", 4, "rpipe_close");
 
 fn insert(p: Arc<Pipe>) -> Result<*mut rpipe_t> {
-    let mut f = FREE.lock();
-    let i = match f.0.pop_front() {
-        Some(i) => i,
-        None if f.1 < MAX_PIPES => {
-            f.1 += 1;
-            f.1 - 1
-        }
-        None => bail!(
-            NoResource,
-            "{} pipes are open in this process: close some",
-            MAX_PIPES
-        ),
-    };
-    let chunk = &CHUNK_TABLE[i / CHUNK];
-    if chunk.load(Ordering::Acquire).is_null() {
-        let fresh: Box<[Slot; CHUNK]> = Box::new(std::array::from_fn(|_| Slot {
-            gen: AtomicU32::new(0),
-            pipe: AtomicPtr::new(std::ptr::null_mut()),
-        }));
-        chunk.store(Box::into_raw(fresh), Ordering::Release);
-    }
-    let s = slot(i).expect("chunk allocated above");
-    let old = s.pipe.swap(Arc::into_raw(p) as *mut Pipe, Ordering::AcqRel);
-    if !old.is_null() {
-        // SAFETY: `old` came from Arc::into_raw in an earlier insert; the slot held
-        // that reference until now (the pipe was closed before the slot was freed).
-        drop(unsafe { Arc::from_raw(old) });
-    }
-    let gen = s.gen.load(Ordering::Acquire);
-    Ok((((gen as u64) << 32) | (i as u64 + 1)) as usize as *mut rpipe_t)
+    Ok(PIPES.insert(Box::new(p))? as *mut rpipe_t)
 }
 
-/// The pipe behind a handle. The reference stays valid until the handle's slot is
-/// reused by a later rpipe_open after rpipe_close (the header's rule: no call on a
-/// pipe may run concurrently with its close).
+/// The pipe behind a handle (valid until `rpipe_close`: the header's rule is that no
+/// call on a pipe runs concurrently with its close).
 fn lookup(h: *mut rpipe_t) -> Result<&'static Pipe> {
-    let v = h as usize as u64;
-    if v == 0 {
-        bail!(InvalidArg, "pipe is NULL (open one with rpipe_open)");
-    }
-    let (gen, i) = ((v >> 32) as u32, (v & 0xffff_ffff) as usize);
-    let Some(s) = i.checked_sub(1).and_then(slot) else {
-        bail!(InvalidArg, "{:#x} is not an rpipe_t handle", v);
-    };
-    let p = s.pipe.load(Ordering::Acquire);
-    if p.is_null() {
-        bail!(InvalidArg, "{:#x} is not an rpipe_t handle", v);
-    }
-    if s.gen.load(Ordering::Acquire) != gen {
-        bail!(State, "pipe {:#x} is closed (use after rpipe_close)", v);
-    }
-    // SAFETY: the slot holds a reference to this pipe until it is reused (above).
-    Ok(unsafe { &*p })
+    Ok(PIPES.get(h as usize)?)
 }
 
 fn remove(h: *mut rpipe_t) {
-    let v = h as usize as u64;
-    let i = ((v & 0xffff_ffff) as usize).wrapping_sub(1);
-    if let Some(s) = slot(i) {
-        let mut f = FREE.lock();
-        if s.gen
-            .compare_exchange(
-                (v >> 32) as u32,
-                ((v >> 32) as u32).wrapping_add(1),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_ok()
-        {
-            f.0.push_back(i);
-        }
-    }
+    let _ = PIPES.remove(h as usize);
 }
 
 fn spec(role: c_int, width: usize, mode: c_int, policy: c_int) -> Result<Spec> {

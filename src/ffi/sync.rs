@@ -6,7 +6,6 @@ use crate::api::Context;
 use crate::runtime::error::Result;
 use crate::runtime::error::Status;
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `flags` for the split-phase barrier: this rank matches any id.
 pub const FH_BARRIER_ANONYMOUS: c_int = 1;
@@ -48,34 +47,34 @@ const _: () = assert!(
         && FH_BXOR == coll::BXOR
 );
 
-const LOCK_LIVE: u64 = 0x6c6f_636b_6c69_7665; // "locklive"
-const LOCK_DEAD: u64 = 0x6c6f_636b_6465_6164; // "lockdead"
-
-/// Opaque distributed lock (`fh_lock_t *`). After `fh_lock_destroy` its few bytes are
-/// kept with a "destroyed" mark, so a stale handle gets FH_ERR_STATE.
+/// Opaque distributed lock (`fh_lock_t *`): a generation-checked table entry
+/// (`super::handle`); after `fh_lock_destroy` the handle is stale (FH_ERR_STATE).
 pub struct fh_lock_t {
-    magic: AtomicU64,
+    _opaque: [u8; 0],
+}
+
+/// A lock and the context it was created on.
+struct LockObj {
     ctx: *mut fh_ctx_t,
     lock: Lock,
 }
 
+// SAFETY: `ctx` is a handle value (an integer), not dereferenced; Lock is Sync.
+unsafe impl Send for LockObj {}
+// SAFETY: as above.
+unsafe impl Sync for LockObj {}
+
+static LOCKS: super::handle::Table<LockObj> =
+    super::handle::Table::new("fh_lock_t", 2, "fh_lock_destroy");
+
 /// # Safety
-/// `p` null or from fh_lock_create.
+/// As `ctx_ref`: no destroy of the lock or finalize of its context concurrently.
 unsafe fn lock_ref<'a>(p: *const fh_lock_t) -> Result<(&'a Context, &'a Lock)> {
     if p.is_null() {
         crate::bail!(InvalidArg, "lock is NULL (create one with fh_lock_create)");
     }
-    // SAFETY: non-null handles come from fh_lock_create and are never freed.
-    let l = unsafe { &*p };
-    match l.magic.load(Ordering::Acquire) {
-        LOCK_LIVE => {}
-        LOCK_DEAD => crate::bail!(State, "lock was destroyed"),
-        _ => crate::bail!(
-            InvalidArg,
-            "lock is not a firehose lock (corrupted pointer)"
-        ),
-    }
-    // SAFETY: the context handle was valid at creation; ctx_ref re-validates it.
+    let l = LOCKS.get(p as usize)?;
+    // SAFETY: forwarded contract; ctx_ref validates the context handle.
     let c = unsafe { ctx_ref(l.ctx)? };
     Ok((c, &l.lock))
 }
@@ -101,11 +100,7 @@ pub extern "C" fn fh_lock_create(
             crate::bail!(InvalidArg, "lock_out is NULL");
         }
         let l = c.lock_create(home_rank as i64)?;
-        let p = Box::into_raw(Box::new(fh_lock_t {
-            magic: AtomicU64::new(LOCK_LIVE),
-            ctx,
-            lock: l,
-        }));
+        let p = LOCKS.insert(Box::new(LockObj { ctx, lock: l }))? as *mut fh_lock_t;
         // SAFETY: checked non-null above.
         unsafe { out(lock_out, p, "lock_out")? };
         OK
@@ -164,8 +159,8 @@ pub extern "C" fn fh_lock_destroy(lock: *mut fh_lock_t) -> c_int {
         let (c, l) = unsafe { lock_ref(lock)? };
         let (gone, r) = c.lock_destroy(l);
         if gone {
-            // SAFETY: validated above; the mark makes later uses FH_ERR_STATE.
-            unsafe { (*lock).magic.store(LOCK_DEAD, Ordering::Release) };
+            // Every later use of the handle is FH_ERR_STATE.
+            drop(LOCKS.remove(lock as usize)?);
         }
         r?;
         OK

@@ -345,19 +345,7 @@ impl LocalTable {
         while self.units.len() >= self.params.capacity() {
             if !self.evict_one(pinner) {
                 if crate::runtime::config::debug_tables() {
-                    let mut per = vec![0usize; self.nodes];
-                    for u in self.units.values() {
-                        for r in u.holder_ranks() {
-                            per[r] += 1;
-                        }
-                    }
-                    eprintln!(
-                        "FULL: {:?} units {} per-peer {:?} pinning {}",
-                        self.counts,
-                        self.units.len(),
-                        per,
-                        self.units.values().filter(|u| u.pinning).count()
-                    );
+                    self.dump_full();
                 }
                 bail!(
                     NoResource,
@@ -387,6 +375,24 @@ impl LocalTable {
         self.counts.bytes += e - s;
         self.counts.peak = self.counts.peak.max(self.counts.bytes);
         Ok((s, e, self.next_gen))
+    }
+
+    /// The `debug_tables` report of a full table: counts, units held per peer and
+    /// units still pinning.
+    fn dump_full(&self) {
+        let mut per = vec![0usize; self.nodes];
+        for u in self.units.values() {
+            for r in u.holder_ranks() {
+                per[r] += 1;
+            }
+        }
+        eprintln!(
+            "FULL: {:?} units {} per-peer {:?} pinning {}",
+            self.counts,
+            self.units.len(),
+            per,
+            self.units.values().filter(|u| u.pinning).count()
+        );
     }
 
     /// Phase two: the pin of reserved unit `(s, e, gen)` finished with `r`. On

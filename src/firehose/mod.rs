@@ -14,16 +14,20 @@
 //!   prepinned memory.
 //!
 //! - [`state`]: a context's Firehose state (tables, gates, moves in flight,
-//!   explicit pins, counters) and the move protocol's wire constants.
+//!   explicit pins, counters).
+//! - [`wire`]: the move protocol's messages (`MoveRequest`, `MoveAnswer`), encoded
+//!   and decoded with every inconsistency refused.
+//! - [`settings`]: Firehose's own variables (`FH_FIREHOSE_*`, `FH_REGISTRATION`).
 //!
-//! The move protocol that connects the tables across ranks (AM handlers, put/get
-//! integration, the explicit pin API) runs one layer up in `api::fh`, against the
-//! context; everything here is pure data structure, tested against models.
+//! The move protocol's handlers and the initiator's waits run one layer up in
+//! `api::moves` (`initiator.rs`, `target.rs`), against the context; everything here
+//! is pure data structure, tested against models.
 
 pub mod local;
 pub mod params;
 pub mod registry;
 pub mod remote;
+pub mod settings;
 pub mod smp;
 pub mod state;
 pub mod victim;

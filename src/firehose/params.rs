@@ -11,7 +11,7 @@
 //! `limit_bytes = (m_units + victim_units) × unit_bytes` = M + MAXVICTIM.
 //! Every peer owns `f = floor(m_units / (nodes − 1))` firehoses into every other node.
 
-use crate::runtime::config::{Config, FhMode, Strategy};
+use super::settings::{FhMode, FirehoseSettings, Strategy};
 use crate::runtime::os;
 
 /// f for strategies that never replace firehoses.
@@ -45,7 +45,7 @@ impl Params {
     /// - `reg_limit`: how many separate registrations the conduit can hold (Open MPI's
     ///   dynamic window: 64 attachments), minus what explicit registrations need.
     pub fn derive(
-        cfg: &Config,
+        cfg: &FirehoseSettings,
         nodes: usize,
         local_ranks: usize,
         default_mode: FhMode,
@@ -56,15 +56,20 @@ impl Params {
 
     /// As [`Params::derive`], with the region size fixed to `unit` (a power of two,
     /// at most what this rank derived): the size the whole job agreed on.
+    ///
+    /// Long because each limit is derived from the previous ones in a fixed order
+    /// (budget, M and MAXVICTIM, unit size, two per peer, registration cap, f), each
+    /// adjustment adding its note; the clamps interact (the registration cap lowers M
+    /// but never below the two-per-peer floor), so the chain reads top to bottom.
     pub fn derive_with(
-        cfg: &Config,
+        cfg: &FirehoseSettings,
         nodes: usize,
         local_ranks: usize,
         default_mode: FhMode,
         reg_limit: Option<usize>,
         unit: Option<usize>,
     ) -> Params {
-        let mode = cfg.fh_mode.unwrap_or(default_mode);
+        let mode = cfg.mode.unwrap_or(default_mode);
         let page = os::page_size();
         let mut notes = Vec::new();
         // M + MAXVICTIM default: what RLIMIT_MEMLOCK allows, and at most half of this
@@ -75,30 +80,30 @@ impl Params {
             None => ram_share.max(page),
         }
         .max(16 * page);
-        let m_bytes = cfg.fh_m.unwrap_or(budget / 8 * 7);
-        let maxvictim_bytes = cfg.fh_maxvictim.unwrap_or(m_bytes / 7);
+        let m_bytes = cfg.m.unwrap_or(budget / 8 * 7);
+        let maxvictim_bytes = cfg.maxvictim.unwrap_or(m_bytes / 7);
         let peers = nodes.saturating_sub(1).max(1);
         let (unit_bytes, mut m_units, mut victim_units) = match mode {
             FhMode::Page => (page, m_bytes / page, maxvictim_bytes / page),
             FhMode::Region => {
-                let mut r = unit.unwrap_or(cfg.fh_maxregion).max(page);
+                let mut r = unit.unwrap_or(cfg.maxregion).max(page);
                 // A transfer may straddle a region boundary: give every peer at least
                 // four regions (smaller ones) rather than one it would thrash on.
-                if cfg.fh_maxregions.is_none() && unit.is_none() {
+                if cfg.maxregions.is_none() && unit.is_none() {
                     let want = 4 * peers;
                     let cap = reg_limit.unwrap_or(usize::MAX).saturating_sub(want / 6 + 1);
                     while r > page && m_bytes / r < want && m_bytes / r < cap {
                         r /= 2;
                     }
-                    if r != cfg.fh_maxregion.max(page) {
+                    if r != cfg.maxregion.max(page) {
                         notes.push(format!(
                             "regions of {} B instead of {} B so each of {} peers gets several firehoses",
-                            r, cfg.fh_maxregion, peers
+                            r, cfg.maxregion, peers
                         ));
                     }
                 }
-                let m = cfg.fh_maxregions.unwrap_or(m_bytes / r);
-                let v = cfg.fh_maxvictim_r.unwrap_or((m / 6).max(1));
+                let m = cfg.maxregions.unwrap_or(m_bytes / r);
+                let v = cfg.maxvictim_r.unwrap_or((m / 6).max(1));
                 (r, m, v)
             }
         };
@@ -140,7 +145,7 @@ impl Params {
             f,
             m_bytes,
             maxvictim_bytes,
-            putinmove: cfg.fh_putinmove,
+            putinmove: cfg.putinmove,
             notes,
         }
     }
@@ -152,7 +157,7 @@ impl Params {
     pub fn agree(
         self,
         all: &[(usize, usize)],
-        cfg: &Config,
+        cfg: &FirehoseSettings,
         local_ranks: usize,
         default_mode: FhMode,
         reg_limit: Option<usize>,
@@ -286,6 +291,7 @@ pub fn test_params(mode: FhMode, unit: usize, m: usize, v: usize, nodes: usize) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::config::Group;
 
     #[test]
     fn pieces_follow_granules() {
@@ -300,12 +306,12 @@ mod tests {
 
     #[test]
     fn derive_respects_conduit_limit_and_peers() {
-        let mut c = Config::defaults();
-        c.fh_m = Some(256 << 20);
+        let mut c = FirehoseSettings::defaults();
+        c.m = Some(256 << 20);
         let p = Params::derive(&c, 8, 8, FhMode::Region, Some(48));
         assert!(p.capacity() <= 48, "{:?}", p);
         assert!(p.f >= 1 && p.f * 7 <= p.m_units);
-        c.fh_m = Some(4096);
+        c.m = Some(4096);
         let p = Params::derive(&c, 8, 8, FhMode::Page, None);
         assert_eq!(p.f, 2, "at least two firehoses per peer");
     }

@@ -363,6 +363,11 @@ impl PeerTable {
     /// PENDING_UNCOMMITTED. When every missing piece is reserved and `used <= f`, it
     /// commits as move `move_id`. Progress is kept in `acq` between steps; a caller
     /// that gives up must [`Self::rollback`].
+    ///
+    /// Long because its phases (re-validate reaped, reference the range, reap
+    /// replacements, reserve, commit) share `acq` and the local `missing`/`waits`/`riding`
+    /// counts: the f bound (`used - riding + need <= f`) is checked across reaping and
+    /// reserving, so splitting would pass half-done accounting between helpers.
     pub fn step(&mut self, p: &Params, acq: &mut Acq, move_id: u64) -> Step {
         // Seed 000 Table 3, first row: a replacement another request took back since
         // the last step invalidates this request's progress.
@@ -564,6 +569,11 @@ impl PeerTable {
     /// twice) and the registered regions it reported (`prepinned`). Entries of other
     /// requests that this answer covers are replaced. If the mover asked for a
     /// handoff, each answered unit gets a reference for it.
+    ///
+    /// Kept in one piece: the answer's effects land in one pass over `entries`:
+    /// move `id`'s placeholders are dropped, then each unit removes the entries it
+    /// overlaps (queuing their releases in `deferred` by state), is entered if new and
+    /// counted in `used`/`idle`, and gets its handoff reference if one was asked for.
     pub fn complete_move(&mut self, id: u64, units: &[(usize, usize, bool)]) {
         self.releases += 1;
         let ph: Vec<usize> = self

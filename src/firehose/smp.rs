@@ -192,6 +192,10 @@ pub fn acquire<C: DaClient>(
     r
 }
 
+/// Long because it is the whole request loop of seed 000 §4.1's deadlock
+/// avoidance: `rounds` and `last_chance` carry across iterations, the gate check
+/// (roll back and sleep when another request won) and the `Round` arms (claim the
+/// flag after DA_LIMIT rounds) both update them, and error exits roll back holdings.
 fn drive<C: DaClient>(
     gate: &DaGate,
     me: u64,

@@ -1,7 +1,7 @@
 //! Firehose's per-context state (seed 000 §3 and §4): the local and remote tables,
 //! the deadlock-avoidance gates, moves in flight, explicit pins, counters; and the
 //! move protocol's wire constants. Pure data: the protocol that drives it runs in the
-//! API layer (`api::fh`), against the context.
+//! API layer (`api::moves`), against the context.
 //!
 //! Invariants: an explicit pin's references are counted in `pin_refs` (per peer
 //! table, the local table last); `pin_refs_blocked[i] <= pin_refs[i]`.
@@ -178,7 +178,6 @@ impl OpPins {
 /// An explicit pin (`fh_pin_t`).
 #[derive(Debug)]
 pub struct PinObj {
-    pub magic: u64,
     /// The context that made it ([`CtxInner::id`]): another context refuses it.
     pub owner: usize,
     pub start: usize,
@@ -187,9 +186,6 @@ pub struct PinObj {
     pub rank: Option<usize>,
     pub pins: OpPins,
 }
-
-pub const PIN_MAGIC: u64 = 0x6669_7265_7069_6e21;
-pub const PIN_DEAD: u64 = 0x6465_6164_7069_6e21;
 
 /// A non-blocking remote pin waiting for its moves.
 pub struct PendingPin {

@@ -33,8 +33,8 @@ const CARRY_GET: u64 = 2;
 const WRITE: u64 = 1;
 
 /// Argument words of a request and of an answer.
-pub const REQUEST_ARGS: usize = 7;
-pub const ANSWER_ARGS: usize = 5;
+pub(crate) const REQUEST_ARGS: usize = 7;
+pub(crate) const ANSWER_ARGS: usize = 5;
 
 /// A move request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -164,7 +164,7 @@ pub struct MoveAnswer<'a> {
     pub id: u64,
     /// `FH_OK` or the status of the refusal.
     pub status: i32,
-    /// With `FH_ERR_ACCESS`: why the memory was refused (`api::fh::WHY`).
+    /// With `FH_ERR_ACCESS`: why the memory was refused (`api::moves::WHY`).
     pub why: u8,
     pub granted: Vec<(Granted, usize, usize)>,
     /// A carried put was written, or a carried get's bytes are in `get_data`.

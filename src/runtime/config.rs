@@ -27,39 +27,6 @@ pub enum Pin {
     None,
 }
 
-/// Firehose pin granularity (seed 000 §3.3).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FhMode {
-    /// Page-based networks: the unit of pinning is a bucket (one page).
-    Page,
-    /// Region-based networks: the unit is a region of adjacent buckets, up to
-    /// `FH_FIREHOSE_MAXREGION_SIZE`; limits count regions.
-    Region,
-}
-
-/// Registration strategy (seed 000 Table 1); all but `Firehose` are baselines.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Strategy {
-    Firehose,
-    /// Every operation pins at the target (a round trip), then unpins after it.
-    RendezvousUnpin,
-    /// Every operation asks the target (a round trip); nothing is ever unpinned.
-    RendezvousKeep,
-    /// Pin on first touch and never unpin: hits are one-sided, memory only grows.
-    PinEverything,
-}
-
-impl Strategy {
-    pub fn name(self) -> &'static str {
-        match self {
-            Strategy::Firehose => "firehose",
-            Strategy::RendezvousUnpin => "rendezvous-unpin",
-            Strategy::RendezvousKeep => "rendezvous-keep",
-            Strategy::PinEverything => "pin-everything",
-        }
-    }
-}
-
 /// MPI thread level requested by `fh_init_world`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ThreadLevel {
@@ -101,24 +68,9 @@ pub struct Config {
     pub pin: Pin,
     pub mpi_thread: ThreadLevel,
     pub verbose: bool,
-    /// Firehose M in bytes (None: derived from RAM and RLIMIT_MEMLOCK).
-    pub fh_m: Option<usize>,
-    pub fh_maxvictim: Option<usize>,
-    /// None: the conduit's default.
-    pub fh_mode: Option<FhMode>,
-    pub fh_maxregion: usize,
-    pub fh_maxregions: Option<usize>,
-    pub fh_maxvictim_r: Option<usize>,
-    pub fh_putinmove: usize,
-    pub registration: Strategy,
     pub stats: bool,
     /// Map the library heaps of ranks on this node into each other (direct copies).
     pub shm: bool,
-    /// Barrier algorithm (`FH_BARRIER`).
-    pub barrier: BarrierAlgo,
-    /// Postal-model latency λ for the broadcast tree (`FH_BCAST_LAMBDA`; None:
-    /// measured at the first broadcast).
-    pub bcast_lambda: Option<u32>,
     /// Serve the library while the application blocks in MPI (`FH_MPI_PROGRESS`).
     pub serve_blocking: bool,
     /// Seconds a blocking wait lasts before it says why on stderr (0: never).
@@ -129,8 +81,6 @@ pub struct Config {
     pub cma: bool,
     /// Firehose table diagnostics on stderr (`FH_DEBUG_TABLES`).
     pub debug_tables: bool,
-    /// `sources[i]` is where `SETTINGS[i]` came from.
-    pub sources: Vec<Source>,
 }
 
 /// Whether a setting must be the same on every rank of a context.
@@ -152,14 +102,16 @@ impl Scope {
     }
 }
 
-/// One row of the settings table.
-pub struct Setting {
+/// One row of a settings table: a setting of the group `C` (see [`Group`]).
+pub struct Setting<C: 'static> {
     pub name: &'static str,
     pub scope: Scope,
     pub default: &'static str,
     pub help: &'static str,
-    set: fn(&mut Config, &str) -> Result<()>,
-    show: fn(&Config) -> String,
+    /// The one parser of this variable.
+    pub set: fn(&mut C, &str) -> Result<()>,
+    /// The value as text (what `fh_config_print` shows and the agreement hashes).
+    pub show: fn(&C) -> String,
 }
 
 /// Largest medium AM payload we accept as a setting (one posted buffer each).
@@ -167,7 +119,8 @@ pub const MAX_AM_MEDIUM_LIMIT: usize = 1 << 24;
 /// MPI counts are `int`: a long payload travels as one message.
 pub const MAX_AM_LONG_LIMIT: usize = i32::MAX as usize;
 
-pub static SETTINGS: &[Setting] = &[
+/// The runtime's own settings (transport, heap, AMs, progress, diagnostics).
+pub static SETTINGS: &[Setting<Config>] = &[
     Setting {
         name: "FH_PROGRESS",
         scope: Scope::Rank,
@@ -322,119 +275,6 @@ pub static SETTINGS: &[Setting] = &[
         show: |c| (c.verbose as u8).to_string(),
     },
     Setting {
-        name: "FH_FIREHOSE_M",
-        scope: Scope::Rank,
-        default: "auto",
-        help: "bytes of this node's memory remote firehoses may pin (M); auto: 7/8 of min(RLIMIT_MEMLOCK, RAM/(2 x ranks on the node))",
-        set: |c, v| {
-            c.fh_m = parse_auto_size(v)?;
-            Ok(())
-        },
-        show: |c| show_auto(c.fh_m),
-    },
-    Setting {
-        name: "FH_FIREHOSE_MAXVICTIM_M",
-        scope: Scope::Rank,
-        default: "auto",
-        help: "bytes of unreferenced pinned memory kept for reuse (MAXVICTIM); auto: M/7",
-        set: |c, v| {
-            c.fh_maxvictim = parse_auto_size(v)?;
-            Ok(())
-        },
-        show: |c| show_auto(c.fh_maxvictim),
-    },
-    Setting {
-        name: "FH_FIREHOSE_MODE",
-        scope: Scope::Job,
-        default: "auto",
-        help: "page or region pinning; auto: the conduit decides (MPI: region, sim: page)",
-        set: |c, v| {
-            c.fh_mode = match v {
-                "auto" => None,
-                "page" => Some(FhMode::Page),
-                "region" => Some(FhMode::Region),
-                _ => bail!(InvalidArg, "expected auto, page or region"),
-            };
-            Ok(())
-        },
-        show: |c| match c.fh_mode {
-            None => "auto".into(),
-            Some(FhMode::Page) => "page".into(),
-            Some(FhMode::Region) => "region".into(),
-        },
-    },
-    Setting {
-        name: "FH_FIREHOSE_MAXREGION_SIZE",
-        scope: Scope::Job,
-        default: "1M",
-        help: "region mode: largest region (a power of two, at least a page)",
-        set: |c, v| {
-            let n = parse_size(v)?;
-            if !n.is_power_of_two() || !(4096..=1 << 30).contains(&n) {
-                bail!(InvalidArg, "must be a power of two between 4K and 1G");
-            }
-            c.fh_maxregion = n;
-            Ok(())
-        },
-        show: |c| show_size(c.fh_maxregion),
-    },
-    Setting {
-        name: "FH_FIREHOSE_MAXREGIONS",
-        scope: Scope::Rank,
-        default: "auto",
-        help: "region mode: regions remote firehoses may hold on this node (R); auto: M / MAXREGION_SIZE, within the conduit's limit",
-        set: |c, v| {
-            c.fh_maxregions = if v == "auto" { None } else { Some(parse_count(v, 1, 1 << 24)?) };
-            Ok(())
-        },
-        show: |c| c.fh_maxregions.map_or("auto".into(), |n| n.to_string()),
-    },
-    Setting {
-        name: "FH_FIREHOSE_MAXVICTIM_R",
-        scope: Scope::Rank,
-        default: "auto",
-        help: "region mode: unreferenced regions kept pinned for reuse; auto: R/6 (at least 1)",
-        set: |c, v| {
-            c.fh_maxvictim_r = if v == "auto" { None } else { Some(parse_count(v, 0, 1 << 24)?) };
-            Ok(())
-        },
-        show: |c| c.fh_maxvictim_r.map_or("auto".into(), |n| n.to_string()),
-    },
-    Setting {
-        name: "FH_FIREHOSE_PUTINMOVE_LIMIT",
-        scope: Scope::Job,
-        default: "2K",
-        help: "a put or get up to this size that misses travels inside the move request and its answer (0: never)",
-        set: |c, v| {
-            c.fh_putinmove = parse_size(v)?;
-            if c.fh_putinmove > 16 << 10 {
-                bail!(InvalidArg, "must be at most 16K");
-            }
-            Ok(())
-        },
-        show: |c| show_size(c.fh_putinmove),
-    },
-    Setting {
-        name: "FH_REGISTRATION",
-        scope: Scope::Job,
-        default: "firehose",
-        help: "firehose | rendezvous-unpin | rendezvous-keep | pin-everything (seed 000 Table 1 baselines)",
-        set: |c, v| {
-            c.registration = match v {
-                "firehose" => Strategy::Firehose,
-                "rendezvous-unpin" => Strategy::RendezvousUnpin,
-                "rendezvous-keep" => Strategy::RendezvousKeep,
-                "pin-everything" => Strategy::PinEverything,
-                _ => bail!(
-                    InvalidArg,
-                    "expected firehose, rendezvous-unpin, rendezvous-keep or pin-everything"
-                ),
-            };
-            Ok(())
-        },
-        show: |c| c.registration.name().into(),
-    },
-    Setting {
         name: "FH_STATS",
         scope: Scope::Rank,
         default: "0",
@@ -455,43 +295,6 @@ pub static SETTINGS: &[Setting] = &[
             Ok(())
         },
         show: |c| (c.shm as u8).to_string(),
-    },
-    Setting {
-        name: "FH_BARRIER",
-        scope: Scope::Job,
-        default: "dissemination",
-        help: "barrier algorithm: dissemination (pairwise exchange, any N), tree (gather-and-broadcast, fan-in 4) or mpi (MPI_Iallreduce)",
-        set: |c, v| {
-            c.barrier = match v.trim().to_ascii_lowercase().as_str() {
-                "dissemination" | "pairwise" => BarrierAlgo::Dissemination,
-                "tree" => BarrierAlgo::Tree,
-                "mpi" => BarrierAlgo::Mpi,
-                other => bail!(
-                    InvalidArg,
-                    "FH_BARRIER={}: expected dissemination, tree or mpi",
-                    other
-                ),
-            };
-            Ok(())
-        },
-        show: |c| c.barrier.name().into(),
-    },
-    Setting {
-        name: "FH_BCAST_LAMBDA",
-        scope: Scope::Job,
-        default: "auto",
-        help: "postal-model latency (in send overheads, 1..64) the broadcast tree is built for; auto: measured at the first broadcast; 1 gives the binomial tree",
-        set: |c, v| {
-            c.bcast_lambda = match v.trim() {
-                "auto" => None,
-                x => match x.parse::<u32>() {
-                    Ok(l) if (1..=64).contains(&l) => Some(l),
-                    _ => bail!(InvalidArg, "FH_BCAST_LAMBDA={}: expected auto or 1..64", x),
-                },
-            };
-            Ok(())
-        },
-        show: |c| c.bcast_lambda.map_or("auto".into(), |l| l.to_string()),
     },
     Setting {
         name: "FH_MPI_PROGRESS",
@@ -553,33 +356,218 @@ pub static SETTINGS: &[Setting] = &[
     },
 ];
 
-/// `FH_BARRIER`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BarrierAlgo {
-    Dissemination,
-    Tree,
-    Mpi,
-}
+/// A group of settings one layer owns: its struct, its rows and its defaults. The
+/// runtime's own group is [`Config`]; Firehose (`firehose::settings`) and the sync
+/// subsystem (`api::sync::settings`) own theirs, and the API composes them
+/// (`api::settings::Settings`). A group's rows are the only place its variables
+/// are parsed.
+pub trait Group: Sized + 'static {
+    /// Every setting of the group, in `fh_config_print` order.
+    const ROWS: &'static [Setting<Self>];
 
-impl BarrierAlgo {
-    pub fn name(self) -> &'static str {
-        match self {
-            BarrierAlgo::Dissemination => "dissemination",
-            BarrierAlgo::Tree => "tree",
-            BarrierAlgo::Mpi => "mpi",
+    /// The struct before any row's default is applied.
+    fn blank() -> Self;
+
+    /// Defaults only.
+    fn defaults() -> Self {
+        let mut c = Self::blank();
+        for s in Self::ROWS {
+            (s.set)(&mut c, s.default).expect("settings table default must parse");
         }
+        c
+    }
+
+    /// Cross-setting rules checked once every value is in (e.g. one limit above
+    /// another).
+    fn check(&self) -> Result<()> {
+        Ok(())
     }
 }
 
-/// Index of a setting by name.
-pub fn setting_index(name: &str) -> Option<usize> {
-    SETTINGS.iter().position(|s| s.name == name)
+/// A group seen row by row, whatever its struct: what the layered resolution, the
+/// rendering and the agreement iterate over.
+pub trait Rows {
+    fn count(&self) -> usize;
+    fn name(&self, i: usize) -> &'static str;
+    fn scope(&self, i: usize) -> Scope;
+    fn help(&self, i: usize) -> &'static str;
+    fn set(&mut self, i: usize, v: &str) -> Result<()>;
+    fn show(&self, i: usize) -> String;
+    fn check(&self) -> Result<()>;
 }
 
-impl Config {
-    /// Defaults only.
-    pub fn defaults() -> Config {
-        let mut c = Config {
+impl<C: Group> Rows for C {
+    fn count(&self) -> usize {
+        C::ROWS.len()
+    }
+    fn name(&self, i: usize) -> &'static str {
+        C::ROWS[i].name
+    }
+    fn scope(&self, i: usize) -> Scope {
+        C::ROWS[i].scope
+    }
+    fn help(&self, i: usize) -> &'static str {
+        C::ROWS[i].help
+    }
+    fn set(&mut self, i: usize, v: &str) -> Result<()> {
+        (C::ROWS[i].set)(self, v)
+    }
+    fn show(&self, i: usize) -> String {
+        (C::ROWS[i].show)(self)
+    }
+    fn check(&self) -> Result<()> {
+        Group::check(self)
+    }
+}
+
+/// Several groups read as one table: a flat index runs over the groups in order.
+/// Guarantees: the layers apply in order (default, then the caller's struct, then
+/// the environment) and `sources[i]` says which one set row `i`.
+/// `R` is `&dyn Rows` to read, `&mut dyn Rows` to resolve.
+pub struct Layered<R> {
+    pub groups: Vec<R>,
+}
+
+impl<'a, R: std::ops::Deref<Target = dyn Rows + 'a>> Layered<R> {
+    /// (group, row) of flat index `i`.
+    fn locate(&self, mut i: usize) -> (usize, usize) {
+        for (g, rows) in self.groups.iter().enumerate() {
+            if i < rows.count() {
+                return (g, i);
+            }
+            i -= rows.count();
+        }
+        unreachable!("setting index out of range")
+    }
+
+    /// Flat index of the setting called `name`.
+    pub fn index(&self, name: &str) -> Option<usize> {
+        (0..self.len()).find(|&i| self.name(i) == name)
+    }
+
+    pub fn len(&self) -> usize {
+        self.groups.iter().map(|g| g.count()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn name(&self, i: usize) -> &'static str {
+        let (g, r) = self.locate(i);
+        self.groups[g].name(r)
+    }
+
+    pub fn show(&self, i: usize) -> String {
+        let (g, r) = self.locate(i);
+        self.groups[g].show(r)
+    }
+
+    pub fn scope(&self, i: usize) -> Scope {
+        let (g, r) = self.locate(i);
+        self.groups[g].scope(r)
+    }
+
+    /// Every setting, its value, its source and its scope, one per line.
+    // `i` indexes settings (self.locate/name); `sources` is parallel to them.
+    #[allow(clippy::needless_range_loop)]
+    pub fn render(&self, sources: &[Source]) -> String {
+        let mut out = String::new();
+        for i in 0..self.len() {
+            let (g, r) = self.locate(i);
+            let rows = &self.groups[g];
+            out.push_str(&format!(
+                "  {:<27} = {:<10} ({}; {})  {}\n",
+                rows.name(r),
+                rows.show(r),
+                sources[i].label(),
+                rows.scope(r).label(),
+                rows.help(r)
+            ));
+        }
+        out
+    }
+
+    /// `(setting index, hash of its value)` for every job-wide setting: what
+    /// `fh_init` compares across ranks.
+    pub fn agreement(&self) -> Vec<(usize, u64)> {
+        (0..self.len())
+            .filter(|&i| self.scope(i) == Scope::Job)
+            .map(|i| (i, fnv1a(self.show(i).as_bytes())))
+            .collect()
+    }
+}
+
+impl<'a, R: std::ops::DerefMut<Target = dyn Rows + 'a>> Layered<R> {
+    /// Apply `overrides` (name, value) from the caller's struct, then `env`, over
+    /// defaults already in place; then each group's cross-setting check.
+    // `i` indexes settings (self.locate/name); `sources` is parallel to them.
+    #[allow(clippy::needless_range_loop)]
+    pub fn resolve(
+        &mut self,
+        sources: &mut [Source],
+        overrides: &[(&'static str, String)],
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<()> {
+        for (name, value) in overrides {
+            let i = self
+                .index(name)
+                .ok_or_else(|| err!(Internal, "unknown setting {} in overrides", name))?;
+            let (g, r) = self.locate(i);
+            self.groups[g].set(r, value).map_err(|e| {
+                err!(
+                    InvalidArg,
+                    "fh_config_t field for {}={:?}: {}",
+                    name,
+                    value,
+                    e.msg
+                )
+            })?;
+            sources[i] = Source::Struct;
+        }
+        for i in 0..self.len() {
+            let name = self.name(i);
+            let Some(v) = env(name) else { continue };
+            let v = v.trim().to_string();
+            if v.is_empty() {
+                // One rule for every variable: set but empty means the default.
+                continue;
+            }
+            let (g, r) = self.locate(i);
+            self.groups[g].set(r, &v).map_err(|e| {
+                err!(
+                    InvalidArg,
+                    "environment variable {}={:?}: {}",
+                    name,
+                    v,
+                    e.msg
+                )
+            })?;
+            sources[i] = Source::Env;
+        }
+        self.groups.iter().try_for_each(|g| g.check())
+    }
+}
+
+/// What the transport needs of a rank's resolved settings at start-up: the
+/// runtime's own group, and the job-wide values every rank must agree on.
+pub trait Resolved: Sized {
+    fn core(&self) -> &Config;
+    /// `(setting index, hash)` of every job-wide setting (see [`Layered::agreement`]).
+    fn agreement(&self) -> Vec<(usize, u64)>;
+    /// How many job-wide settings there are (the same on every rank of one build).
+    fn agreed_count() -> usize;
+    /// The name of setting `i`.
+    fn name(i: usize) -> &'static str;
+    /// The value of setting `i` as text.
+    fn value(&self, i: usize) -> String;
+}
+
+impl Group for Config {
+    const ROWS: &'static [Setting<Config>] = SETTINGS;
+
+    fn blank() -> Config {
+        Config {
             progress: Progress::Poll,
             progress_interval_us: 0,
             heap_size: 0,
@@ -590,77 +578,14 @@ impl Config {
             pin: Pin::Mlock,
             mpi_thread: ThreadLevel::Multiple,
             verbose: false,
-            fh_m: None,
-            fh_maxvictim: None,
-            fh_mode: None,
-            fh_maxregion: 0,
-            fh_maxregions: None,
-            fh_maxvictim_r: None,
-            fh_putinmove: 0,
-            registration: Strategy::Firehose,
             stats: false,
             shm: true,
-            barrier: BarrierAlgo::Dissemination,
-            bcast_lambda: None,
             serve_blocking: true,
             stall_warn_s: 0,
             stall_abort_s: None,
             cma: true,
             debug_tables: false,
-            sources: vec![Source::Default; SETTINGS.len()],
-        };
-        for s in SETTINGS {
-            (s.set)(&mut c, s.default).expect("settings table default must parse");
         }
-        c
-    }
-
-    /// Defaults, then `overrides` (name, value) from the caller's struct, then `env`.
-    pub fn resolve(
-        overrides: &[(&'static str, String)],
-        env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Config> {
-        let mut c = Config::defaults();
-        for (name, value) in overrides {
-            let i = setting_index(name)
-                .ok_or_else(|| err!(Internal, "unknown setting {} in overrides", name))?;
-            (SETTINGS[i].set)(&mut c, value).map_err(|e| {
-                err!(
-                    InvalidArg,
-                    "fh_config_t field for {}={:?}: {}",
-                    name,
-                    value,
-                    e.msg
-                )
-            })?;
-            c.sources[i] = Source::Struct;
-        }
-        for (i, s) in SETTINGS.iter().enumerate() {
-            if let Some(v) = env(s.name) {
-                let v = v.trim().to_string();
-                if v.is_empty() {
-                    // One rule for every variable: set but empty means the default.
-                    continue;
-                }
-                (s.set)(&mut c, &v).map_err(|e| {
-                    err!(
-                        InvalidArg,
-                        "environment variable {}={:?}: {}",
-                        s.name,
-                        v,
-                        e.msg
-                    )
-                })?;
-                c.sources[i] = Source::Env;
-            }
-        }
-        c.check()?;
-        Ok(c)
-    }
-
-    /// Resolve from the process environment.
-    pub fn from_env(overrides: &[(&'static str, String)]) -> Result<Config> {
-        Config::resolve(overrides, |n| std::env::var(n).ok())
     }
 
     fn check(&self) -> Result<()> {
@@ -674,7 +599,9 @@ impl Config {
         }
         Ok(())
     }
+}
 
+impl Config {
     /// Request credits per peer for a job of `ranks` ranks: the setting, or with
     /// `auto` 4096/ranks clamped to 8..=64 — a deep window for small jobs (streams do
     /// not stall on a busy target) while the frames one rank can be sent stay bounded
@@ -685,38 +612,6 @@ impl Config {
         } else {
             (4096 / ranks.max(1)).clamp(8, 64)
         }
-    }
-
-    /// The value of setting `i` as text.
-    pub fn show(&self, i: usize) -> String {
-        (SETTINGS[i].show)(self)
-    }
-
-    /// Every setting, its value, its source and its scope, one per line.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        for (i, s) in SETTINGS.iter().enumerate() {
-            out.push_str(&format!(
-                "  {:<27} = {:<10} ({}; {})  {}\n",
-                s.name,
-                self.show(i),
-                self.sources[i].label(),
-                s.scope.label(),
-                s.help
-            ));
-        }
-        out
-    }
-
-    /// `(setting index, hash of its value)` for every job-wide setting: what
-    /// `fh_init` compares across ranks.
-    pub fn agreement(&self) -> Vec<(usize, u64)> {
-        SETTINGS
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.scope == Scope::Job)
-            .map(|(i, _)| (i, fnv1a(self.show(i).as_bytes())))
-            .collect()
     }
 }
 
@@ -729,12 +624,15 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// Environment variables named `FH_*` that are not settings, each with the closest
 /// setting name when one is near (a typo), for the `FH_VERBOSE` report.
-pub fn unknown_env(vars: impl Iterator<Item = String>) -> Vec<(String, Option<&'static str>)> {
-    vars.filter(|n| n.starts_with("FH_") && setting_index(n).is_none())
+pub fn unknown_env(
+    names: &[&'static str],
+    vars: impl Iterator<Item = String>,
+) -> Vec<(String, Option<&'static str>)> {
+    vars.filter(|n| n.starts_with("FH_") && !names.contains(&n.as_str()))
         .map(|n| {
-            let best = SETTINGS
+            let best = names
                 .iter()
-                .map(|s| (edit_distance(&n, s.name), s.name))
+                .map(|&s| (edit_distance(&n, s), s))
                 .min()
                 .filter(|&(d, _)| d <= 3)
                 .map(|(_, name)| name);
@@ -794,7 +692,7 @@ pub fn parse_size(v: &str) -> Result<usize> {
         .ok_or_else(|| err!(InvalidArg, "size out of range (at most 1P)"))
 }
 
-fn parse_auto_size(v: &str) -> Result<Option<usize>> {
+pub fn parse_auto_size(v: &str) -> Result<Option<usize>> {
     if v.trim() == "auto" {
         Ok(None)
     } else {
@@ -802,11 +700,11 @@ fn parse_auto_size(v: &str) -> Result<Option<usize>> {
     }
 }
 
-fn show_auto(v: Option<usize>) -> String {
+pub fn show_auto(v: Option<usize>) -> String {
     v.map_or("auto".into(), show_size)
 }
 
-fn parse_count(v: &str, min: usize, max: usize) -> Result<usize> {
+pub fn parse_count(v: &str, min: usize, max: usize) -> Result<usize> {
     let n: usize = v
         .trim()
         .parse()
@@ -817,7 +715,7 @@ fn parse_count(v: &str, min: usize, max: usize) -> Result<usize> {
     Ok(n)
 }
 
-fn parse_bool(v: &str) -> Result<bool> {
+pub fn parse_bool(v: &str) -> Result<bool> {
     match v.trim().to_ascii_lowercase().as_str() {
         "1" | "yes" | "true" | "on" => Ok(true),
         "0" | "no" | "false" | "off" => Ok(false),
@@ -869,64 +767,10 @@ mod tests {
     }
 
     #[test]
-    fn defaults_parse_and_layers_apply_in_order() {
-        let d = Config::defaults();
-        assert_eq!(d.progress, Progress::Poll);
-        assert_eq!(
-            (d.credits_for(2), d.credits_for(128), d.credits_for(100_000)),
-            (64, 32, 8)
-        );
-        assert!(d.sources.iter().all(|s| *s == Source::Default));
-
-        let over = [
-            ("FH_HEAP_SIZE", "8M".to_string()),
-            ("FH_AM_CREDITS", "4".to_string()),
-        ];
-        let c =
-            Config::resolve(&over, |n| (n == "FH_AM_CREDITS").then(|| "7".to_string())).unwrap();
-        assert_eq!(c.heap_size, 8 << 20);
-        assert_eq!(
-            c.sources[setting_index("FH_HEAP_SIZE").unwrap()],
-            Source::Struct
-        );
-        assert_eq!(c.am_credits, 7, "environment wins over the struct");
-        assert_eq!(
-            c.sources[setting_index("FH_AM_CREDITS").unwrap()],
-            Source::Env
-        );
-        assert!(c.render().contains(
-            "FH_AM_CREDITS               = 7          (environment; same on every rank)"
-        ));
-    }
-
-    #[test]
-    fn an_empty_variable_means_the_default_for_every_setting() {
-        let d = Config::defaults();
-        for (i, s) in SETTINGS.iter().enumerate() {
-            let c = Config::resolve(&[], |n| (n == s.name).then(String::new)).unwrap();
-            assert_eq!(c.show(i), d.show(i), "{}", s.name);
-            assert_eq!(c.sources[i], Source::Default, "{}", s.name);
-        }
-    }
-
-    #[test]
-    fn sizes_beyond_the_limit_are_refused_not_wrapped() {
-        for v in ["18446744073709551615", "2P", "1048577G"] {
-            let e = Config::resolve(&[], |n| (n == "FH_HEAP_SIZE").then(|| v.into())).unwrap_err();
-            assert!(e.msg.contains("FH_HEAP_SIZE"), "{}", e.msg);
-        }
-        let over = [("FH_HEAP_SIZE", usize::MAX.to_string())];
-        let e = Config::resolve(&over, |_| None).unwrap_err();
-        assert!(
-            e.msg.contains("FH_HEAP_SIZE") && e.msg.contains("fh_config_t"),
-            "{}",
-            e.msg
-        );
-    }
-
-    #[test]
     fn unknown_variables_get_a_suggestion() {
+        let names = ["FH_FIREHOSE_M", "FH_SHM"];
         let v = unknown_env(
+            &names,
             [
                 "FH_FIREHOSE_MM",
                 "FH_SHM",
@@ -943,40 +787,5 @@ mod tests {
                 ("FH_NOTHING_LIKE_IT_AT_ALL".to_string(), None)
             ]
         );
-    }
-
-    #[test]
-    fn agreement_covers_job_settings_only() {
-        let d = Config::defaults();
-        let a = d.agreement();
-        assert!(a.iter().all(|&(i, _)| SETTINGS[i].scope == Scope::Job));
-        let heap = setting_index("FH_HEAP_SIZE").unwrap();
-        let c = Config::resolve(&[], |n| (n == "FH_HEAP_SIZE").then(|| "4M".into())).unwrap();
-        let h = |c: &Config| {
-            c.agreement()
-                .into_iter()
-                .find(|&(i, _)| i == heap)
-                .unwrap()
-                .1
-        };
-        assert_ne!(h(&d), h(&c));
-        let v = Config::resolve(&[], |n| (n == "FH_VERBOSE").then(|| "1".into())).unwrap();
-        assert_eq!(
-            d.agreement(),
-            v.agreement(),
-            "FH_VERBOSE may differ per rank"
-        );
-    }
-
-    #[test]
-    fn bad_environment_values_name_the_variable() {
-        let e =
-            Config::resolve(&[], |n| (n == "FH_PROGRESS").then(|| "sometimes".into())).unwrap_err();
-        assert_eq!(e.status, Status::InvalidArg);
-        assert!(e.msg.contains("FH_PROGRESS"), "{}", e.msg);
-        let e = Config::resolve(&[], |n| (n == "FH_HEAP_SIZE").then(|| "lots".into())).unwrap_err();
-        assert!(e.msg.contains("FH_HEAP_SIZE"), "{}", e.msg);
-        let e = Config::resolve(&[], |n| (n == "FH_AM_MAX_LONG").then(|| "1K".into())).unwrap_err();
-        assert!(e.msg.contains("FH_AM_MAX_LONG"), "{}", e.msg);
     }
 }

@@ -1,5 +1,6 @@
-//! Runtime: the bottom layer. Errors, configuration, OS facilities and the progress
-//! thread. Nothing here knows about conduits or the algorithm above.
+//! Runtime: the bottom layer. Errors, the settings machinery (and the runtime's own
+//! settings), OS facilities. Nothing here names a conduit, Firehose or the API
+//! objects; the progress thread is the context's (`api::context`).
 
 pub mod config;
 pub mod error;

@@ -14,7 +14,7 @@ use handles::{DState, Deferred, DeferredRef, Dir, Op, Started};
 pub use handles::{Handle, RmaState, HANDLE_NULL, NBI_ALL, NBI_GETS, NBI_PUTS};
 
 use super::ctx::CtxInner;
-use super::fh::{Carry, Grant, OpPins};
+use super::moves::{Carry, Grant, OpPins};
 use crate::bail;
 use crate::runtime::error::Result;
 use crate::runtime::os;
@@ -133,6 +133,12 @@ impl CtxInner {
     /// `seq_out`: `None` for a blocking transfer (complete before returning), else
     /// the operations are left in flight (completed by a later flush) and every
     /// firehose reference they hold is recorded for release at completion.
+    ///
+    /// Long because it is the one dispatch over every transfer path, tried cheapest
+    /// first (plain, kernel copy, own memory, one-sided hit, registration table, firehose
+    /// chunks) with `local_plain`/`remote_plain` computed once; the chunk loop's order
+    /// (remote firehoses before local pins, see inside) and each path's release-or-hold
+    /// of its references are what its SAFETY comments rely on.
     fn transfer(
         &self,
         dir: Dir,
@@ -443,6 +449,12 @@ impl CtxInner {
     /// move (not heap, registered, node peer or a hit), send the move and return at
     /// once; the transfer is issued when the answer is in (see [`Deferred`]).
     /// `None`: take the ordinary path (which does not wait for the target there).
+    ///
+    /// Kept in one piece: each early `Ok(None)` hands the transfer back to
+    /// `transfer`'s ordinary path (a case it serves without a move: plain, kernel
+    /// copy, hit, registration table; or one where deferring is not allowed: several
+    /// threads, firehose-local side, the per-peer cap), and only past all of them is
+    /// the `Deferred` record made and its move sent.
     fn start_deferred(
         &self,
         dir: Dir,

@@ -18,8 +18,8 @@
 //! beyond [`MAX_PENDING`] is refused and reported, not stored); AMs may arrive in
 //! any order (a `BYE` before its `HELLO` is remembered).
 
-use super::heap::Policy;
 use super::pipe::{Ends, Pipe, Shape, Transfer, UNIT, WIDTH_MAX};
+use super::rmalloc::Policy;
 use crate::api::am::{self, LibHandler, Token};
 use crate::api::wire::{Category, Frame};
 use crate::api::CtxInner;
@@ -113,6 +113,11 @@ pub fn open(ctx: &Arc<CtxInner>, peer: i64, spec: Spec) -> Result<Arc<Pipe>> {
 /// As [`open`], for a caller whose arguments may already have failed to parse: with
 /// a valid peer, the handshake still runs (marked failed) so the peer fails too
 /// instead of waiting forever, and the two ends' open counts stay paired.
+///
+/// Long because a problem found at any stage (parse, check, heap allocation) is
+/// carried in `problem` instead of returned, so the HELLO still goes out and the open
+/// counts stay paired; the allocated `blocks` must be freed on every later failure
+/// (send, wait, disagreement), so allocation and handshake share one body.
 pub fn open_checked(ctx: &Arc<CtxInner>, peer: i64, spec: Result<Spec>) -> Result<Arc<Pipe>> {
     ctx.check_live()?;
     am::check_not_in_handler("rpipe_open")?;

@@ -4,19 +4,19 @@
 //! which is always registered:
 //!
 //! ```text
-//!   R's inbox : [ heap: width | notice ring: slots × 16 B | free bitmap ]
+//!   R's inbox : [ space: width | notice ring: slots × 64 B | free bitmap ]
 //!   W's outbox: [ mirror: width | view of R's free bitmap | staging (64 B) ]
 //! ```
 //!
-//! W allocates in R's heap without asking R ([`RemoteHeap`], the policy chosen at
+//! W allocates in R's inbox without asking R ([`Rmalloc`], the policy chosen at
 //! open), fills the same offsets of its mirror through `rpipe_rmem`, and:
-//! - **push** (`rwrite` of seed 003): puts mirror → heap, flushes, then puts the
+//! - **push** (`rwrite` of seed 003): puts mirror → inbox, flushes, then puts the
 //!   notice `{seq, offset, length}` into R's ring and flushes again. A message of
 //!   at most `slots::INLINE_MAX` bytes goes into the notice slot itself, in the same
 //!   cache line as the notice (same two puts and flushes), and R copies it to its
-//!   place in the heap when it reads it;
+//!   place in the inbox when it reads it;
 //! - **pull** (`rread` of seed 003, `RPIPE_PULL`): puts only the notice; R's
-//!   `rread` fetches the bytes from W's mirror into its own heap with one RDMA get.
+//!   `rread` fetches the bytes from W's mirror into its own inbox with one RDMA get.
 //!
 //! R polls its own ring in order (record `seq` lives in slot `(seq-1) % slots`, see
 //! `slots.rs`), hands out the message in place, and `rfree` flips one bit of the
@@ -35,7 +35,7 @@
 //! **Flow control**: W never has more than `slots` allocations outstanding (so a
 //! notice slot is never overwritten before R read it: a message in slot `s - slots`
 //! still unread would be one allocation too many) and never allocates space R has
-//! not freed; a full heap makes `rmalloc` wait (progressing) and `try_rmalloc`
+//! not freed; a full inbox makes `rmalloc` wait (progressing) and `try_rmalloc`
 //! report "not ready". Nothing is overwritten or dropped.
 //!
 //! Invariants (checked with `debug_assert!` and by the tests): every allocation W
@@ -44,7 +44,7 @@
 //! sequence numbers W assigns and R expects advance by one per message.
 
 use super::freemap;
-use super::heap::{Policy, RemoteHeap};
+use super::rmalloc::{Policy, Rmalloc};
 use super::slots;
 use crate::api::am;
 use crate::api::CtxInner;
@@ -63,7 +63,7 @@ pub const SLOTS_MAX: usize = 1024;
 pub const WIDTH_MAX: usize = 1 << 40;
 /// Notice payload bit: the data is inline in the slot (offsets in units are < 2^34).
 const INLINE_BIT: u64 = 1 << 39;
-/// `rpipe_addr_t` = heap tag << ADDR_SHIFT | offset.
+/// `rpipe_addr_t` = inbox tag << ADDR_SHIFT | offset.
 const ADDR_SHIFT: u32 = 48;
 const STAGE: usize = 64;
 /// A blocking rread spins this many empty polls before it starts to yield...
@@ -71,7 +71,7 @@ const SPIN_POLLS: u32 = 32;
 /// ...progressing every this many of them meanwhile.
 const POLLS_PER_PROGRESS: u32 = 16;
 
-/// Bytes a message of `len` bytes takes in the heap.
+/// Bytes a message of `len` bytes takes in the inbox.
 pub fn extent(len: usize) -> usize {
     len.max(1).div_ceil(UNIT) * UNIT
 }
@@ -95,7 +95,7 @@ pub struct Shape {
 }
 
 impl Shape {
-    /// The blocks for a pipe whose largest message is `width` bytes (the heap is
+    /// The blocks for a pipe whose largest message is `width` bytes (the inbox space is
     /// `width` rounded up to whole units).
     pub fn new(width: usize) -> Shape {
         let width = width.div_ceil(UNIT) * UNIT;
@@ -145,7 +145,7 @@ pub struct PipeStats {
     pub discarded: u64,
 }
 
-/// The allocator's state for `rpipe_stats` (the writer's view of the peer's heap).
+/// The allocator's state for `rpipe_stats` (the writer's view of the peer's inbox).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HeapView {
     pub free_bytes: usize,
@@ -160,10 +160,10 @@ struct Alloc {
     written: bool,
 }
 
-/// The side that writes into the peer's heap.
+/// The side that writes into the peer's inbox.
 struct Tx {
-    heap: RemoteHeap,
-    /// Offset -> allocation. Invariant: the same offsets as `heap`'s live set.
+    space: Rmalloc,
+    /// Offset -> allocation. Invariant: the same offsets as `space`'s live set.
     allocs: BTreeMap<usize, Alloc>,
     /// Local outbox block.
     outbox: usize,
@@ -196,9 +196,9 @@ struct Inner {
 /// Where an `rpipe_addr_t` points.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Side {
-    /// An allocation in the peer's heap (ours to fill and rwrite).
+    /// An allocation in the peer's inbox (ours to fill and rwrite).
     Tx(usize),
-    /// A message in our heap (ours to use and rfree).
+    /// A message in our inbox (ours to use and rfree).
     Rx(usize),
 }
 
@@ -212,7 +212,7 @@ pub struct Pipe {
     pub shape: Shape,
     pub transfer: Transfer,
     pub policy: Policy,
-    /// Address tags of our allocations in the peer's heap and of messages in ours.
+    /// Address tags of our allocations in the peer's inbox and of messages in ours.
     tx_tag: u64,
     rx_tag: u64,
     inner: Mutex<Inner>,
@@ -233,8 +233,8 @@ pub struct Ends {
     pub rx: Option<(usize, usize)>,
 }
 
-/// The heap tag of the direction whose reader is `owner` (both ends agree).
-fn heap_tag(owner: usize, other: usize) -> u64 {
+/// The inbox tag of the direction whose reader is `owner` (both ends agree).
+fn inbox_tag(owner: usize, other: usize) -> u64 {
     if owner < other {
         1
     } else {
@@ -259,7 +259,7 @@ impl Pipe {
         let rx_ring = ends.rx.map_or(0, |(inbox, _)| inbox + shape.ring_off());
         let inner = Inner {
             tx: ends.tx.map(|(outbox, peer_inbox)| Tx {
-                heap: RemoteHeap::new(shape.width, UNIT, policy),
+                space: Rmalloc::new(shape.width, UNIT, policy),
                 allocs: BTreeMap::new(),
                 outbox,
                 peer_inbox,
@@ -282,8 +282,8 @@ impl Pipe {
             shape,
             transfer,
             policy,
-            tx_tag: heap_tag(peer, me),
-            rx_tag: heap_tag(me, peer),
+            tx_tag: inbox_tag(peer, me),
+            rx_tag: inbox_tag(me, peer),
             inner: Mutex::new(inner),
             rx_ring,
             rx_next: AtomicU64::new(1),
@@ -330,7 +330,7 @@ impl Pipe {
         )
     }
 
-    /// Allocate `nbytes` in the peer's heap. `wait`: block (progressing) until space
+    /// Allocate `nbytes` in the peer's inbox. `wait`: block (progressing) until space
     /// is free; otherwise `Ok(None)` when it is not.
     pub fn rmalloc(&self, nbytes: usize, wait: bool) -> Result<Option<u64>> {
         self.live()?;
@@ -406,7 +406,7 @@ impl Pipe {
         if tx.allocs.len() >= self.shape.slots {
             return None;
         }
-        let off = tx.heap.alloc(nbytes)?;
+        let off = tx.space.alloc(nbytes)?;
         debug_assert!(off + extent(nbytes) <= self.shape.width);
         tx.allocs.insert(
             off,
@@ -440,7 +440,7 @@ impl Pipe {
             match tx.allocs.get(&off) {
                 Some(a) if a.written => {
                     tx.allocs.remove(&off);
-                    let freed = tx.heap.free(off);
+                    let freed = tx.space.free(off);
                     debug_assert!(freed.is_ok());
                     stats.frees_seen += 1;
                 }
@@ -460,7 +460,7 @@ impl Pipe {
     }
 
     /// The local address behind `addr`: our mirror for an allocation not yet
-    /// written, our heap for a message read and not yet freed.
+    /// written, our inbox for a message read and not yet freed.
     pub fn rmem(&self, addr: u64) -> Result<usize> {
         self.live()?;
         let g = self.inner.lock();
@@ -497,6 +497,11 @@ impl Pipe {
     }
 
     /// Send the allocation at `addr` to the reader.
+    ///
+    /// Long because the data-before-notice ordering is one protocol under the pipe
+    /// lock: the data put and its flush (or a SeqCst fence for pull), then the notice
+    /// words and their flush; `tx.seq` and the allocation's `written` flag advance only
+    /// after both, and the staging-line SAFETY arguments rest on those flushes.
     pub fn rwrite(&self, addr: u64) -> Result<()> {
         self.live()?;
         am::check_not_in_handler("rpipe_rwrite")?;
@@ -550,7 +555,7 @@ impl Pipe {
             (Transfer::Push, false) => {
                 // SAFETY: source = our mirror at the allocation (library heap, valid
                 // for len bytes, unchanged until the flush below); target = the same
-                // offset of the peer's heap, inside its inbox (checked at open).
+                // offset of the peer's inbox, inside its inbox (checked at open).
                 unsafe {
                     c.put(
                         self.peer,
@@ -626,6 +631,10 @@ impl Pipe {
         }
     }
 
+    /// Kept in one piece: under the pipe lock it claims slot `seq` (`rx.taken`,
+    /// `rx_next`), validates the extent the peer claims, then copies inline bytes or
+    /// pulls the data; the copies' SAFETY rests on that validation just above them, and
+    /// a failed pull rolls the claim back.
     fn take_one(&self) -> Result<Option<(u64, usize)>> {
         if self.rx_ring != 0 {
             // Peek without the lock: nothing new is the common case of a poll.
@@ -671,7 +680,7 @@ impl Pipe {
                 len,
                 self.id,
                 if !fits {
-                    "lies outside the heap"
+                    "lies outside the inbox"
                 } else if overlaps {
                     "overlaps a message still held"
                 } else {
@@ -681,16 +690,16 @@ impl Pipe {
         }
         if inline && len > 0 {
             // The slot is reused once later messages are written, while this one may
-            // be held for long: move the bytes to the message's place in our heap
+            // be held for long: move the bytes to the message's place in our inbox
             // (the line just arrived, so this is a cache-hot copy).
             // SAFETY: from our own slot's inline area (len <= INLINE_MAX, checked) to
-            // our heap at the message's extent (allocated to it by the writer).
+            // our inbox at the message's extent (allocated to it by the writer).
             unsafe {
                 std::ptr::copy_nonoverlapping(slot as *const u8, (rx.inbox + off) as *mut u8, len)
             };
         }
         if self.transfer == Transfer::Pull && len > 0 {
-            // SAFETY: destination = our heap at the message's extent (ours, unused
+            // SAFETY: destination = our inbox at the message's extent (ours, unused
             // until now: the writer allocated it); source = the same offset of the
             // peer's mirror (its outbox, checked at open).
             let got = unsafe {
@@ -736,7 +745,7 @@ impl Pipe {
                 match tx.allocs.get(&off) {
                     Some(a) if !a.written => {
                         tx.allocs.remove(&off);
-                        let freed = tx.heap.free(off);
+                        let freed = tx.space.free(off);
                         debug_assert!(freed.is_ok());
                         Ok(())
                     }
@@ -758,10 +767,10 @@ impl Pipe {
     pub fn stats(&self) -> (PipeStats, HeapView) {
         let g = self.inner.lock();
         let view = g.tx.as_ref().map_or(HeapView::default(), |tx| HeapView {
-            free_bytes: tx.heap.free_bytes(),
-            largest_free: tx.heap.largest_free(),
+            free_bytes: tx.space.free_bytes(),
+            largest_free: tx.space.largest_free(),
             allocations: tx.allocs.len(),
-            fragmentation: tx.heap.fragmentation(),
+            fragmentation: tx.space.fragmentation(),
         });
         (g.stats, view)
     }

@@ -16,7 +16,8 @@ pub const TREE_DEGREE: usize = 4;
 pub const SLOTS: usize = 4;
 const LINE: usize = 64;
 
-/// What a rank's life word says.
+/// What a rank's life word says (its low byte; a finalizing rank puts the epoch of
+/// the last barrier it notified above it, see [`life_word`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u64)]
 pub enum Life {
@@ -26,6 +27,23 @@ pub enum Life {
     Finalizing = 1,
     /// It exited without finalizing.
     Exited = 2,
+}
+
+/// The life word `l` with `barrier` (the epoch of the last barrier the rank
+/// notified) above its low byte: a peer still waiting in that barrier knows this
+/// rank did its part before it finalized.
+pub fn life_word(l: Life, barrier: u64) -> u64 {
+    l as u64 | barrier << 8
+}
+
+/// A life word read back: what it says and the barrier epoch it carries.
+pub fn read_life(w: u64) -> (Life, u64) {
+    let l = match w & 0xff {
+        1 => Life::Finalizing,
+        2 => Life::Exited,
+        _ => Life::Live,
+    };
+    (l, w >> 8)
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -24,7 +24,7 @@
 //! paths would not be atomic with each other.
 
 use crate::api::ctx::CtxInner;
-use crate::api::fh::{Carry, Grant};
+use crate::api::moves::{Carry, Grant};
 use crate::conduit::cpu_atomic;
 /// The operations and widths of the atomics (the C boundary names them from here).
 pub use crate::conduit::{AtomicOp, Width};

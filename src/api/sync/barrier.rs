@@ -25,14 +25,13 @@
 use super::area::TREE_DEGREE;
 use crate::api::ctx::CtxInner;
 use crate::conduit::AtomicOp;
-use crate::runtime::config::BarrierAlgo as Algo_;
 use crate::runtime::error::Result;
 use crate::{bail, err};
 use std::sync::atomic::Ordering;
 
+pub use super::settings::Algo;
 pub use super::state::{Barrier, Val, ANONYMOUS};
 use super::state::{Phase, Step};
-pub use crate::runtime::config::BarrierAlgo as Algo;
 
 fn ceil_log2(n: usize) -> u32 {
     if n <= 1 {
@@ -46,8 +45,8 @@ impl CtxInner {
     fn barrier_algo(&self) -> Algo {
         // The transport's reduction when it has one (the MPI conduit), else the
         // default.
-        match self.cfg.barrier {
-            Algo_::Mpi if !self.conduit.caps().reduction => Algo::Dissemination,
+        match self.cfg.sync.barrier {
+            Algo::Mpi if !self.conduit.caps().reduction => Algo::Dissemination,
             a => a,
         }
     }
@@ -126,6 +125,11 @@ impl CtxInner {
     }
 
     /// Move the barrier as far as the flags that arrived allow; never blocks.
+    ///
+    /// Long because it is one loop over the barrier's `Step` state machine
+    /// (dissemination rounds, tree gather then release, MPI): each arm either advances
+    /// the local `step` and continues or breaks with the result stored back into
+    /// `b.phase`, so the arms share `step`, the epoch and its parity.
     pub(crate) fn barrier_advance(&self, b: &mut Barrier) -> Result<()> {
         let Phase::Running { mut step } = b.phase else {
             return Ok(());
@@ -268,11 +272,13 @@ impl CtxInner {
     pub fn barrier_wait(&self, id: i64, flags: i32) -> Result<()> {
         crate::api::am::check_not_in_handler("fh_barrier_wait")?;
         let mut r = Ok(());
+        let epoch = self.sync.barrier.lock().epoch;
         let what = crate::api::stall::Wait::call(
             "fh_barrier/fh_barrier_wait",
             None,
             "the barrier flag of a rank that has not notified",
-        );
+        )
+        .in_barrier(epoch);
         self.sync_wait(what, || match self.barrier_try(id, flags) {
             Ok(done) => Ok(done),
             Err(e) => {

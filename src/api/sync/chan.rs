@@ -97,6 +97,11 @@ impl CtxInner {
     /// disagree about the call, and their writers may be waiting for room in our
     /// inbox just as we wait for room in `dst`'s (a cycle of such waits would
     /// otherwise never end).
+    ///
+    /// Long because one slot-ownership argument spans it: the credit wait (which also
+    /// drains unexpected chunks) is what frees the slot, both the node-shared store path
+    /// and the put path's SAFETY comments rely on it, and each writes data and
+    /// description before the tag, then advances `ch.sent[dst]`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn chan_send(
         &self,

@@ -555,7 +555,7 @@ impl CtxInner {
         if st.tree.is_some() {
             return Ok(());
         }
-        let lambda = match self.cfg.bcast_lambda {
+        let lambda = match self.cfg.sync.bcast_lambda {
             Some(l) => l,
             None => {
                 let mut v = [0u8; 8];
@@ -878,6 +878,11 @@ impl CtxInner {
 
     /// `fh_allgather`: rank i's `nbytes` land at `dst + i * nbytes` on every rank.
     /// Blocks travel up the binomial tree into `dst`, then `dst` is broadcast from 0.
+    ///
+    /// Long because the coll guard `st` and the `call` record thread through every
+    /// phase (argument check, gather from kids, send to parent, end markers, broadcast):
+    /// an argument error is recorded in `call`, not returned, so this rank still takes
+    /// part in the end markers and broadcast with its tree neighbours.
     pub fn allgather(&self, src: usize, nbytes: usize, dst: usize) -> Result<()> {
         let mut st = self.coll_enter("fh_allgather")?;
         let n = self.size;

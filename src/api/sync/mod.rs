@@ -20,6 +20,7 @@ pub mod barrier;
 pub mod chan;
 pub mod coll;
 pub mod lock;
+pub mod settings;
 pub mod state;
 
 pub use state::SyncState;
@@ -86,31 +87,37 @@ impl CtxInner {
     }
 
     /// Publish this rank's [`area::Life`] (a store to our own area, which peers read;
-    /// no MPI call, so it is safe at exit).
+    /// no MPI call, so it is safe at exit), with the epoch of the last barrier it
+    /// notified. At exit the state is not waited for (0 if a thread holds it).
     pub(crate) fn set_life(&self, l: area::Life) {
+        let epoch = match l {
+            area::Life::Finalizing => self.sync.barrier.lock().epoch,
+            _ => self.sync.barrier.try_lock().map_or(0, |b| b.epoch),
+        };
         if let Ok(a) = self.area() {
             let w = a.life(self.area_base(self.rank));
             // SAFETY: our own heap, mapped for the context's life, 8-byte aligned;
             // only this rank writes its life word.
             unsafe { std::sync::atomic::AtomicU64::from_ptr(w as *mut u64) }
-                .store(l as u64, Ordering::Release);
+                .store(area::life_word(l, epoch), Ordering::Release);
         }
     }
 
     /// What `rank`'s life word says (`Live` when there is no sync area or the read
     /// fails).
-    pub(crate) fn peer_life(&self, rank: usize) -> area::Life {
+    /// `rank`'s life word: what it says and the epoch of the last barrier the rank
+    /// notified before it finalized.
+    pub(crate) fn peer_life(&self, rank: usize) -> (area::Life, u64) {
         let Ok(a) = self.area() else {
-            return area::Life::Live;
+            return (area::Life::Live, 0);
         };
         match self.word(
             rank,
             a.life(self.area_base(rank)),
             crate::conduit::AtomicOp::Fetch,
         ) {
-            Ok(1) => area::Life::Finalizing,
-            Ok(2) => area::Life::Exited,
-            _ => area::Life::Live,
+            Ok(w) => area::read_life(w),
+            Err(_) => (area::Life::Live, 0),
         }
     }
 

@@ -3,7 +3,7 @@
 //! use, and the lock handle. The protocols are in the sibling modules.
 
 use super::area;
-use crate::runtime::config::BarrierAlgo as Algo;
+use super::settings::Algo;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU8};
 

@@ -13,7 +13,7 @@
 //!   check costs a second collective, to fetch the values the message names.
 
 use super::boot::{self, check};
-use crate::runtime::config::{Config, SETTINGS};
+use crate::runtime::config::Resolved;
 use crate::runtime::error::{Error, Result};
 use crate::{bail, err};
 use mpi::ffi;
@@ -24,7 +24,7 @@ const TEXT: usize = 256;
 
 /// Refuse a communicator the library cannot use; returns (rank, size).
 pub fn validate_comm(comm: ffi::MPI_Comm) -> Result<(usize, usize)> {
-    // SAFETY (whole block): plain MPI queries on a handle the caller gave us, with
+    // SAFETY: (whole block) plain MPI queries on a handle the caller gave us, with
     // errors returned (set on MPI_COMM_WORLD for the duration: MPI raises errors about
     // an invalid communicator there, and its handler is usually fatal); every
     // out-pointer is a local of the right type.
@@ -69,14 +69,9 @@ pub fn validate_comm(comm: ffi::MPI_Comm) -> Result<(usize, usize)> {
 /// Check, collectively over `comm`, that every rank resolved its settings and that
 /// the job-wide ones agree. `mine` is this rank's resolution (an error: its settings
 /// did not parse); every rank returns the same verdict.
-pub fn settings(comm: ffi::MPI_Comm, mine: &Result<Config>) -> Result<()> {
+pub fn settings<S: Resolved>(comm: ffi::MPI_Comm, mine: &Result<S>) -> Result<()> {
     let (rank, _) = validate_comm(comm)?;
-    let keys: Vec<usize> = Config::defaults()
-        .agreement()
-        .into_iter()
-        .map(|(i, _)| i)
-        .collect();
-    let k = keys.len();
+    let k = S::agreed_count();
     // [lowest bad rank as MAX - rank (0: none), hash_i..., !hash_i...]
     let mut words = vec![0u64; 1 + 2 * k];
     match mine {
@@ -120,14 +115,14 @@ pub fn settings(comm: ffi::MPI_Comm, mine: &Result<Config>) -> Result<()> {
     let Some(j) = (0..k).find(|&j| all[1 + j] != !all[1 + k + j]) else {
         return Ok(());
     };
-    let i = keys[j];
     let c = mine.as_ref().expect("every rank resolved its settings");
-    Err(mismatch(comm, i, &c.show(i))?)
+    let i = c.agreement()[j].0;
+    Err(mismatch(comm, S::name(i), &c.value(i))?)
 }
 
 /// The error for setting `i`, whose values differ: gather every rank's value and
 /// name rank 0's and the first different one.
-fn mismatch(comm: ffi::MPI_Comm, i: usize, mine: &str) -> Result<Error> {
+fn mismatch(comm: ffi::MPI_Comm, name: &str, mine: &str) -> Result<Error> {
     let mut size: c_int = 0;
     // SAFETY: writes one int; comm was validated.
     unsafe { ffi::MPI_Comm_size(comm, &mut size) };
@@ -160,7 +155,7 @@ fn mismatch(comm: ffi::MPI_Comm, i: usize, mine: &str) -> Result<Error> {
         InvalidArg,
         "{} is {} on rank 0 but {} on rank {}: it must be the same on every rank \
          (set it in the environment of every rank, or leave it unset everywhere)",
-        SETTINGS[i].name,
+        name,
         show(&vals[0]),
         show(&vals[other]),
         other

@@ -322,6 +322,7 @@ impl MpiConduit {
         msg[2..4].copy_from_slice(&(if long.is_some() { FLAG_LONG } else { 0 }).to_le_bytes());
         msg[4..8].copy_from_slice(&tag.to_le_bytes());
         msg[8..16].copy_from_slice(&(long_len as u64).to_le_bytes());
+        // SAFETY: reads an immutable extern constant (MPI_REQUEST_NULL) from rsmpi's C shim.
         let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
         // SAFETY: msg stays alive until the request completes: either the immediate
         // test below sees it complete, or it moves into `keep` with its request.
@@ -340,6 +341,7 @@ impl MpiConduit {
         self.keep_until_done(&mut s, req, msg)?;
         let mut id = None;
         if let Some(l) = long {
+            // SAFETY: reads an immutable extern constant (MPI_REQUEST_NULL) from rsmpi's C shim.
             let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
             let (ptr, owned) = match l {
                 LongSrc::Borrowed { ptr, .. } => (ptr, None),
@@ -466,6 +468,8 @@ pub(super) struct MpiLong<'a> {
 
 impl MpiLong<'_> {
     fn recv_into(&mut self, dst: *mut u8) -> Result<()> {
+        // SAFETY: MPI_Status is a plain C struct of integers, so all-zero is a valid
+        // value; PMPI_Recv overwrites it.
         let mut st: ffi::MPI_Status = unsafe { std::mem::zeroed() };
         // SAFETY: dst is writable for len bytes (caller's contract); len fits an int
         // (bounded by FH_AM_MAX_LONG <= i32::MAX, checked when the frame was parsed).

@@ -36,7 +36,7 @@ mod startup;
 
 use super::{AtomicOp, Caps, Conduit, Launch, LongSrc, SendId, Sink, Width};
 use crate::bail;
-use crate::runtime::config::{Config, FhMode, Pin, ThreadLevel};
+use crate::runtime::config::{Config, Pin, Resolved, ThreadLevel};
 use crate::runtime::error::Result;
 use crate::runtime::os::{self, Mapping};
 use am::{RecvState, SendState};
@@ -45,7 +45,7 @@ use cma::single_copy_peers;
 use mpi::ffi;
 use parking_lot::{Mutex, ReentrantMutex, ReentrantMutexGuard};
 use rma::{Max3, GUESS_SLOTS};
-use shm::SharedHeaps;
+use shm::NodeMapping;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
@@ -107,7 +107,7 @@ pub struct MpiConduit {
     /// The heap's memory when it is a private mapping (no node sharing).
     _heap_map: Option<Mapping>,
     /// The heap's memory when ranks of this node share it (`FH_SHM`).
-    shm: Option<SharedHeaps>,
+    shm: Option<NodeMapping>,
     /// Per rank: where its library heap appears in *our* address space when it is on
     /// this node and mapped here (puts/gets to it are then plain copies).
     peer_heaps: Vec<Option<usize>>,
@@ -358,9 +358,11 @@ impl Conduit for MpiConduit {
         if b.is_some() {
             bail!(State, "a bootstrap barrier is already in progress");
         }
+        // SAFETY: reads an immutable extern constant (MPI_REQUEST_NULL) from rsmpi's C shim.
         let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
-        // SAFETY: the request is stored until it completes.
         check(
+            // SAFETY: am_comm is our live communicator (serialized by `_s`); req is a
+            // local out-parameter, stored in `self.barrier` until MPI_Test completes it.
             unsafe { ffi::MPI_Ibarrier(self.am_comm.0, &mut req) },
             || "MPI_Ibarrier".into(),
         )?;
@@ -375,8 +377,9 @@ impl Conduit for MpiConduit {
             bail!(State, "no barrier in progress");
         };
         let mut flag: c_int = 0;
-        // SAFETY: testing the request we own.
         check(
+            // SAFETY: testing the Ibarrier request we own (held in `self.barrier` under
+            // its lock); flag is a local and the status is ignored.
             unsafe { ffi::MPI_Test(&mut req.0, &mut flag, ffi::RSMPI_STATUS_IGNORE) },
             || "MPI_Test (barrier)".into(),
         )?;
@@ -460,11 +463,11 @@ impl Conduit for MpiConduit {
 /// `Launch::World` when nobody has), check the settings with every rank, then build
 /// the conduit. MPI is released (`boot::close`) if that fails, and otherwise when the
 /// conduit is finalized or abandoned.
-pub fn launch(
+pub fn launch<S: Resolved>(
     how: Launch,
-    cfg: Result<Config>,
-    max_frame: fn(&Config) -> usize,
-) -> Result<(std::sync::Arc<dyn Conduit>, Config)> {
+    cfg: Result<S>,
+    max_frame: fn(&S) -> usize,
+) -> Result<(std::sync::Arc<dyn Conduit>, S)> {
     boot::open(match how {
         Launch::Comm(_) => None,
         Launch::World(level) => Some(level),
@@ -475,7 +478,7 @@ pub fn launch(
     });
     let made = agree::settings(comm, &cfg)
         .and(cfg)
-        .and_then(|cfg| MpiConduit::new(comm, &cfg, max_frame(&cfg)).map(|c| (c, cfg)));
+        .and_then(|cfg| MpiConduit::new(comm, cfg.core(), max_frame(&cfg)).map(|c| (c, cfg)));
     match made {
         Ok((c, cfg)) => Ok((std::sync::Arc::new(c), cfg)),
         Err(e) => {

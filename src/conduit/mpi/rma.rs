@@ -234,6 +234,7 @@ impl MpiConduit {
             );
         }
         let mut buf = Box::new([v[0], v[1], v[2], 0, 0, 0]);
+        // SAFETY: reads an immutable extern constant (MPI_REQUEST_NULL) from rsmpi's C shim.
         let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
         // SAFETY: the boxed buffer is kept with the request until it completes.
         let rc = unsafe {
@@ -260,8 +261,9 @@ impl MpiConduit {
             bail!(State, "no MPI barrier in progress");
         };
         let mut flag: c_int = 0;
-        // SAFETY: testing the request we own.
         check(
+            // SAFETY: testing the Iallreduce request we own (held in `self.max3` under its
+            // lock, with the buffer it writes); flag is a local, the status is ignored.
             unsafe { ffi::MPI_Test(&mut req.0, &mut flag, ffi::RSMPI_STATUS_IGNORE) },
             || "MPI_Test (barrier)".into(),
         )?;

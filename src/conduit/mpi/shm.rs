@@ -1,7 +1,7 @@
 //! The node-shared mapping: the library heaps of the ranks on one node in one MPI
 //! shared-memory window, so a node peer's heap is plain memory here (GASNet's PSHM).
 //!
-//! Guarantees: see [`SharedHeaps`]. Room in /dev/shm is checked with the node before
+//! Guarantees: see [`NodeMapping`]. Room in /dev/shm is checked with the node before
 //! the collective allocation (a full tmpfs gives SIGBUS on first touch, not an
 //! error); without room the node's ranks fall back together to MPI RMA.
 
@@ -21,7 +21,7 @@ use std::os::raw::{c_int, c_void};
 /// Guarantees: `base` is page-aligned and `[base, base + len)` lies in this rank's
 /// segment; `views[i]` is where node member `members[i]`'s segment starts in our
 /// address space. Freed once, at finalize, after the windows over it.
-pub(super) struct SharedHeaps {
+pub(super) struct NodeMapping {
     pub(super) win: H<ffi::MPI_Win>,
     pub(super) node: H<ffi::MPI_Comm>,
     pub(super) raw: usize,
@@ -32,12 +32,12 @@ pub(super) struct SharedHeaps {
     pub(super) views: Vec<usize>,
 }
 
-impl SharedHeaps {
-    pub(super) fn new(comm: ffi::MPI_Comm, heap_size: usize) -> Result<SharedHeaps> {
+impl NodeMapping {
+    pub(super) fn new(comm: ffi::MPI_Comm, heap_size: usize) -> Result<NodeMapping> {
         let page = os::page_size();
         let len = os::page_span(0, heap_size).1.max(page);
         let (node, members) = node_members(comm)?;
-        // SAFETY (whole block): plain MPI calls on a valid communicator with
+        // SAFETY: (whole block) plain MPI calls on a valid communicator with
         // out-parameters that live on this stack frame; every handle created is
         // either returned (and freed at finalize) or freed on the error path.
         unsafe {
@@ -99,7 +99,7 @@ impl SharedHeaps {
                 free_node(node);
                 return Err(e);
             }
-            Ok(SharedHeaps {
+            Ok(NodeMapping {
                 win: H(win),
                 node: H(node),
                 raw,

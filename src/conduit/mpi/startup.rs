@@ -91,7 +91,7 @@ fn free_comms(v: Vec<ffi::MPI_Comm>) {
 /// This rank's library heap: in the node-shared mapping (`FH_SHM=1`, when there is
 /// room) or a private mapping, locked in RAM where `FH_PIN=mlock` allows.
 struct LibHeap {
-    shm: Option<SharedHeaps>,
+    shm: Option<NodeMapping>,
     map: Option<Mapping>,
     at: (usize, usize),
     locked: bool,
@@ -100,7 +100,7 @@ struct LibHeap {
 impl LibHeap {
     fn create(cfg: &Config, rma: ffi::MPI_Comm, rank: usize, windows: bool) -> Result<LibHeap> {
         let shm = if windows && cfg.shm {
-            match SharedHeaps::new(rma, cfg.heap_size) {
+            match NodeMapping::new(rma, cfg.heap_size) {
                 Ok(sh) => Some(sh),
                 Err(e) => {
                     // Slower, not broken: say so once per job (and in
@@ -146,7 +146,7 @@ fn create_windows(
     heap: (usize, usize),
     rma: ffi::MPI_Comm,
 ) -> Result<(ffi::MPI_Win, ffi::MPI_Win)> {
-    // SAFETY (whole block): plain MPI calls over memory this rank owns for the
+    // SAFETY: (whole block) plain MPI calls over memory this rank owns for the
     // conduit's life; every out-pointer is a local of the right type.
     unsafe {
         let mut heap_win: ffi::MPI_Win = ffi::RSMPI_WIN_NULL;
@@ -204,8 +204,9 @@ fn exchange(heap: &LibHeap, rma: ffi::MPI_Comm, size: usize) -> Result<Exchange>
     let pid = unsafe { libc::getpid() };
     let mine = [heap.at.0 as u64, heap.at.1 as u64, raw as u64, pid as u64];
     let mut all = vec![0u64; WORDS * size];
-    // SAFETY: both buffers hold WORDS u64 per rank; collective on our communicator.
     check(
+        // SAFETY: `mine` holds WORDS u64 and `all` WORDS u64 per rank (8 * WORDS bytes
+        // each way); a collective on our own communicator.
         unsafe {
             ffi::PMPI_Allgather(
                 mine.as_ptr() as *const c_void,
@@ -267,6 +268,10 @@ fn decide_kernel_copy(
 impl MpiConduit {
     /// Create the conduit on `comm` (collective over `comm`). `max_frame` is the
     /// largest frame the layer above will send.
+    ///
+    /// Long because most of it is the one `MpiConduit` literal (a field per line);
+    /// the collective steps before it (dup, heap, windows, exchange) must run in the same
+    /// order on every rank, and the first of them free what came before on failure.
     pub fn new(comm: ffi::MPI_Comm, cfg: &Config, max_frame: usize) -> Result<MpiConduit> {
         let level = boot::query_thread();
         agree::validate_comm(comm)?;
@@ -312,7 +317,7 @@ impl MpiConduit {
                 // Region mode: MPI_Win_attach takes any range, and Open MPI's
                 // osc/rdma holds at most 64 attachments per dynamic window (one
                 // per page would exhaust it); 16 are left for fh_mem_register.
-                fh_mode: FhMode::Region,
+                registers_regions: true,
                 max_registrations: attach_cap.map(|c| c - reg_share(c)),
                 user_registrations: attach_cap.map(reg_share),
                 registrations_fix: "raise Open MPI's osc_rdma_max_attach (mpirun --mca \
@@ -380,7 +385,7 @@ impl MpiConduit {
                 }
             }
         };
-        // SAFETY (whole block): tearing down handles this conduit created; the layer
+        // SAFETY: (whole block) tearing down handles this conduit created; the layer
         // above has quiesced (barrier) so no operation uses them any more.
         unsafe {
             note(self.close_am());

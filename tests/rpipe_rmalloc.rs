@@ -4,7 +4,7 @@
 //! accounted for, and the chosen block obeys the policy's rule (checked on the
 //! model's free blocks before the allocation).
 
-use firehose::api::rpipe::heap::{FreeError, Policy, RemoteHeap};
+use firehose::api::rpipe::rmalloc::{FreeError, Policy, Rmalloc};
 use proptest::prelude::*;
 
 const ALIGN: usize = 8;
@@ -45,7 +45,7 @@ fn free_blocks(used: &[bool]) -> Vec<(usize, usize)> {
 }
 
 fn run(policy: Policy, size: usize, ops: &[Op]) -> Result<(), TestCaseError> {
-    let mut h = RemoteHeap::new(size, ALIGN, policy);
+    let mut h = Rmalloc::new(size, ALIGN, policy);
     let mut used = vec![false; h.size()];
     let mut live: Vec<(usize, usize)> = Vec::new();
     let mut cursor = 0usize;

@@ -1,25 +1,24 @@
-//! Integration tests of everything above the conduit, on the deterministic sim
-//! conduit (N virtual nodes in this process, driven from one thread).
+//! One-sided RMA, memory registration and active messages on the sim conduit (N
+//! virtual nodes in this process, driven from one thread: deterministic). Checks that
+//! put/get reach heap, registered and plain memory (firehose pins on demand) and refuse
+//! unmapped targets, bad ranks and sizes; that unregistering invalidates every holder;
+//! that nb handles, AM credits, long AMs, finalize and garbage frames behave.
 #![allow(clippy::needless_range_loop)]
 
+mod common;
+
+use common::{sim_world, Completion};
 use firehose::api::rma::{HANDLE_NULL, NBI_ALL};
+use firehose::api::settings::Settings;
 use firehose::api::Context;
 use firehose::conduit::sim::SimWorld;
-use firehose::runtime::config::Config;
 use firehose::Status;
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-fn world(n: usize, tweak: impl Fn(&mut Config)) -> (Arc<SimWorld>, Vec<Context>) {
-    let mut cfg = Config::defaults();
-    cfg.heap_size = 1 << 20;
-    tweak(&mut cfg);
-    let w = SimWorld::new(n, cfg.heap_size).unwrap();
-    let ctxs = (0..n)
-        .map(|r| Context::new_sim(&w, r, cfg.clone()).unwrap())
-        .collect();
-    (w, ctxs)
+fn world(n: usize, tweak: impl Fn(&mut Settings)) -> (Arc<SimWorld>, Vec<Context>) {
+    sim_world(n, 1 << 20, Completion::InOrder, tweak)
 }
 
 #[test]

@@ -1,5 +1,7 @@
-//! The remote heap of one pipe direction (seed 003, "rmalloc"): the writer allocates
-//! space in the *reader's* heap without asking it. This module is the allocator
+//! The rmalloc allocator of one pipe direction (seed 003, "rmalloc"): the writer
+//! allocates space in the *reader's* memory (its inbox) without asking it. Not the
+//! library heap (`api::heap`, `fh_malloc`) nor the node-shared mapping
+//! (`conduit::mpi::shm`). This module is the allocator
 //! alone — pure bookkeeping over offsets `[0, size)`, no memory and no messages.
 //!
 //! Policies (seed 003's "allocation heuristics"):
@@ -10,7 +12,7 @@
 //! - **best-fit**: the smallest block that fits (immediate synchronisation);
 //! - **worst-fit**: the largest block.
 //!
-//! Guarantees (checked by [`RemoteHeap::validate`]): allocations and free blocks
+//! Guarantees (checked by [`Rmalloc::validate`]): allocations and free blocks
 //! never overlap and together tile `[0, size)`; free blocks are coalesced (no two
 //! are adjacent); every offset handed out is a multiple of `align`; a free of an
 //! offset that is not a live allocation is refused (double free, stray offset),
@@ -35,7 +37,7 @@ pub enum FreeError {
 }
 
 #[derive(Debug)]
-pub struct RemoteHeap {
+pub struct Rmalloc {
     size: usize,
     align: usize,
     policy: Policy,
@@ -51,13 +53,13 @@ pub struct RemoteHeap {
     free_bytes: usize,
 }
 
-impl RemoteHeap {
+impl Rmalloc {
     /// A heap of `size` bytes handing out offsets aligned to `align` (a power of
     /// two); `size` is rounded down to a multiple of `align`.
-    pub fn new(size: usize, align: usize, policy: Policy) -> RemoteHeap {
+    pub fn new(size: usize, align: usize, policy: Policy) -> Rmalloc {
         assert!(align.is_power_of_two());
         let size = size & !(align - 1);
-        let mut h = RemoteHeap {
+        let mut h = Rmalloc {
             size,
             align,
             policy,
@@ -249,7 +251,7 @@ mod tests {
     fn policies_pick_the_block_their_rule_names() {
         // Free blocks of 4, 1 and 2 units (units of 8 bytes) after these frees.
         let layout = |p| {
-            let mut h = RemoteHeap::new(8 * 10, 8, p);
+            let mut h = Rmalloc::new(8 * 10, 8, p);
             let a: Vec<usize> = (0..10).map(|_| h.alloc(8).unwrap()).collect();
             for &i in &[0, 1, 2, 3, 5, 7, 8] {
                 h.free(a[i]).unwrap();
@@ -274,7 +276,7 @@ mod tests {
 
     #[test]
     fn full_heap_refuses_then_recovers_and_bad_frees_are_refused() {
-        let mut h = RemoteHeap::new(64, 8, Policy::NextFit);
+        let mut h = Rmalloc::new(64, 8, Policy::NextFit);
         let a = h.alloc(40).unwrap();
         let b = h.alloc(24).unwrap();
         assert_eq!(h.alloc(1), None);

@@ -1,0 +1,88 @@
+//! The sync subsystem's own settings: the barrier algorithm (`FH_BARRIER`) and the
+//! broadcast tree's postal-model latency (`FH_BCAST_LAMBDA`).
+//!
+//! Guarantees: each variable has one parser, here; both are job-wide (every rank
+//! must run the same algorithm), which `fh_init` checks through the composed table
+//! (`api::settings`).
+
+use crate::bail;
+use crate::runtime::config::{Group, Scope, Setting};
+
+/// `FH_BARRIER`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algo {
+    Dissemination,
+    Tree,
+    Mpi,
+}
+
+impl Algo {
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Dissemination => "dissemination",
+            Algo::Tree => "tree",
+            Algo::Mpi => "mpi",
+        }
+    }
+}
+
+/// The sync subsystem's settings as resolved on this rank.
+#[derive(Clone, Debug)]
+pub struct SyncSettings {
+    /// Barrier algorithm (`FH_BARRIER`).
+    pub barrier: Algo,
+    /// Postal-model latency λ for the broadcast tree (`FH_BCAST_LAMBDA`; None:
+    /// measured at the first broadcast).
+    pub bcast_lambda: Option<u32>,
+}
+
+impl Group for SyncSettings {
+    const ROWS: &'static [Setting<SyncSettings>] = ROWS;
+
+    fn blank() -> SyncSettings {
+        SyncSettings {
+            barrier: Algo::Dissemination,
+            bcast_lambda: None,
+        }
+    }
+}
+
+static ROWS: &[Setting<SyncSettings>] = &[
+    Setting::<SyncSettings> {
+        name: "FH_BARRIER",
+        scope: Scope::Job,
+        default: "dissemination",
+        help: "barrier algorithm: dissemination (pairwise exchange, any N), tree (gather-and-broadcast, fan-in 4) or mpi (MPI_Iallreduce)",
+        set: |c, v| {
+            c.barrier = match v.trim().to_ascii_lowercase().as_str() {
+                "dissemination" | "pairwise" => Algo::Dissemination,
+                "tree" => Algo::Tree,
+                "mpi" => Algo::Mpi,
+                other => bail!(
+                    InvalidArg,
+                    "FH_BARRIER={}: expected dissemination, tree or mpi",
+                    other
+                ),
+            };
+            Ok(())
+        },
+        show: |c| c.barrier.name().into(),
+    },
+    Setting::<SyncSettings> {
+        name: "FH_BCAST_LAMBDA",
+        scope: Scope::Job,
+        default: "auto",
+        help: "postal-model latency (in send overheads, 1..64) the broadcast tree is built for; auto: measured at the first broadcast; 1 gives the binomial tree",
+        set: |c, v| {
+            c.bcast_lambda = match v.trim() {
+                "auto" => None,
+                x => match x.parse::<u32>() {
+                    Ok(l) if (1..=64).contains(&l) => Some(l),
+                    _ => bail!(InvalidArg, "FH_BCAST_LAMBDA={}: expected auto or 1..64", x),
+                },
+            };
+            Ok(())
+        },
+        show: |c| c.bcast_lambda.map_or("auto".into(), |l| l.to_string()),
+    },
+];
