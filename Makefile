@@ -1,9 +1,13 @@
 # firehose -- build, test, install.
 #   make demo    4-rank jobs on this machine showing puts, gets, active messages, rpipe,
 #                atomics (shared counter), the MCS lock (remote queue), split-phase barriers
-#   make test    everything CI runs (fmt, clippy, Rust tests, header drift, C tests
-#                under Open MPI at 2/4/8 ranks and MPICH at 2, Fortran, pkg-config
-#                consumer, dlopen consumer)
+#   make test    everything CI runs: lint (fmt, clippy), Rust tests (release and dev
+#                profiles), the loom model check, ThreadSanitizer, header drift and
+#                Fortran interface signatures, C tests under Open MPI at 2/4/8 ranks
+#                and MPICH at 2, Fortran, pkg-config consumer, dlopen consumer,
+#                Open MPI program on an MPICH library, settings that differ between
+#                ranks and a full /dev/shm, the 10^6-operation stress, and the
+#                plain-MPI interop loops under both MPIs
 #   make bench   benchmarks as ratios against raw MPI in the same run
 # Variables: PREFIX DESTDIR MPI (openmpi|mpich) MPICC MPIFC MPIEXEC
 
@@ -81,7 +85,7 @@ $(BUILD)/c-tests/%: c-tests/%.c c-tests/common.h include/firehose.h | lib
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) -pthread -Iinclude -Ic-tests $< -o $@ $(LINK)
 
-$(BUILD)/examples/%: mpi-examples/%.c include/firehose.h | lib
+$(BUILD)/examples/%: mpi-examples/%.c mpi-examples/example.h include/firehose.h | lib
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) -Iinclude $< -o $@ $(LINK)
 

@@ -3,11 +3,13 @@
 #ifndef FH_TEST_COMMON_H
 #define FH_TEST_COMMON_H
 #include <mpi.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "firehose.h"
 
 static int fh_test_rank = -1;
@@ -63,6 +65,83 @@ static inline uint64_t rng_next(uint64_t *s) {
   x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
   *s = x;
   return x * 2685821657736338717ULL;
+}
+
+/* The usual start, after MPI_Init: a context on MPI_COMM_WORLD with the default
+ * configuration (the test fails if fh_init does); *me and *np (either may be NULL)
+ * get its rank and size, fh_test_rank the rank for the failure messages. */
+static inline fh_ctx_t *fh_test_init(int *me, int *np) {
+  fh_ctx_t *ctx = NULL;
+  CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
+  int r = fh_rank(ctx);
+  if (me) *me = r;
+  if (np) *np = fh_size(ctx);
+  fh_test_rank = r;
+  return ctx;
+}
+
+/* A 64-bit mixing hash (splitmix64's finaliser): test data as a function of a key. */
+static inline uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+/* ---- Phases and a watchdog ----
+ * watchdog_init(ctx, width) once; then begin_phase(name, secs) ... end_phase() around
+ * each phase. Both enter fh_barrier(ctx); begin_phase arms alarm(secs), end_phase
+ * disarms it and, when width > 0, rank 0 prints the phase's name (padded to width)
+ * and time. If the alarm fires, the rank prints
+ *   [rank R] TIMEOUT: phase 'NAME' hangs
+ * followed by " (iteration I, STEP)" while fh_test_iter >= 0 (a test may set
+ * fh_test_iter and fh_test_step inside a phase; begin_phase resets them), and
+ * exits with status 3. set_phase renames the current phase (no barrier, the alarm
+ * keeps running); names are copied, so a reused buffer is fine. */
+static fh_ctx_t *fh_test_wd_ctx;
+static int fh_test_wd_width;
+static double fh_test_wd_t0;
+static char fh_test_phase_buf[2][128]; /* set_phase fills the one not in use */
+static const char *volatile fh_test_phase = "init";
+static volatile int fh_test_iter = -1;
+static const char *volatile fh_test_step = "";
+
+static inline void fh_test_on_alarm(int sig) {
+  (void)sig;
+  char buf[400];
+  int n = fh_test_iter >= 0
+              ? snprintf(buf, sizeof buf, "[rank %d] TIMEOUT: phase '%s' hangs (iteration %d, %s)\n",
+                         fh_test_rank, fh_test_phase, fh_test_iter, fh_test_step)
+              : snprintf(buf, sizeof buf, "[rank %d] TIMEOUT: phase '%s' hangs\n", fh_test_rank,
+                         fh_test_phase);
+  if (n > 0) (void)!write(2, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+  _exit(3);
+}
+static inline void watchdog_init(fh_ctx_t *ctx, int width) {
+  fh_test_wd_ctx = ctx;
+  fh_test_wd_width = width;
+  signal(SIGALRM, fh_test_on_alarm);
+}
+static inline void set_phase(const char *name) {
+  char *b = fh_test_phase_buf[fh_test_phase == fh_test_phase_buf[0]];
+  snprintf(b, sizeof fh_test_phase_buf[0], "%s", name);
+  fh_test_phase = b;
+}
+static inline void begin_phase(const char *name, unsigned secs) {
+  CHECK_OK(fh_barrier(fh_test_wd_ctx));
+  set_phase(name);
+  fh_test_iter = -1;
+  fh_test_step = "";
+  alarm(secs);
+  fh_test_wd_t0 = MPI_Wtime();
+}
+static inline void end_phase(void) {
+  CHECK_OK(fh_barrier(fh_test_wd_ctx));
+  alarm(0);
+  if (fh_test_wd_width > 0 && fh_test_rank == 0) {
+    printf("  %-*s %6.2f s\n", fh_test_wd_width, fh_test_phase, MPI_Wtime() - fh_test_wd_t0);
+    fflush(stdout);
+  }
 }
 
 #define TEST_PASS(name)                                                        \

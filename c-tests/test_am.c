@@ -277,10 +277,7 @@ static void edge_test(void) {
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
-  me = fh_rank(ctx);
-  np = fh_size(ctx);
-  fh_test_rank = me;
+  ctx = fh_test_init(&me, &np);
   max_medium = fh_am_max_medium(ctx);
   max_args = fh_am_max_args();
   CHECK(max_medium >= 512, "fh_am_max_medium = %zu", max_medium);

@@ -163,10 +163,7 @@ static void run_region(int g, unsigned char *req, unsigned char *rep, void **req
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
-  me = fh_rank(ctx);
-  np = fh_size(ctx);
-  fh_test_rank = me;
+  ctx = fh_test_init(&me, &np);
   CHECK(np <= 64, "at most 64 ranks");
   CHECK(fh_am_max_long(ctx) >= sizes[NSIZES - 1], "fh_am_max_long = %zu", fh_am_max_long(ctx));
   size_t off = 0;

@@ -50,46 +50,12 @@
  * Run: mpirun -np 2..16 test_atomic (also with FH_SHM=0 and FH_PROGRESS=thread). */
 #include "common.h"
 #include <limits.h>
-#include <signal.h>
 #include <unistd.h>
 
 static fh_ctx_t *ctx;
 static int me, np;
 static uint64_t rng;
 
-/* ---------------- watchdog ---------------- */
-static const char *volatile phase = "init";
-static char phase_buf[128];
-static void on_alarm(int sig) {
-  (void)sig;
-  char buf[256];
-  int n = snprintf(buf, sizeof buf, "[rank %d] TIMEOUT: phase '%s' hangs\n", me, phase);
-  if (n > 0) (void)!write(2, buf, (size_t)n);
-  _exit(3);
-}
-static double t_phase;
-static void begin(const char *name, unsigned secs) {
-  CHECK_OK(fh_barrier(ctx));
-  snprintf(phase_buf, sizeof phase_buf, "%s", name);
-  phase = phase_buf;
-  alarm(secs);
-  t_phase = MPI_Wtime();
-}
-static void end(void) {
-  CHECK_OK(fh_barrier(ctx));
-  alarm(0);
-  if (me == 0) {
-    printf("  %-44s %6.2f s\n", phase, MPI_Wtime() - t_phase);
-    fflush(stdout);
-  }
-}
-
-static inline uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 static inline uint64_t rnd(void) { return rng_next(&rng); }
 static inline uint64_t rndn(uint64_t n) { return rng_next(&rng) % n; }
 
@@ -930,11 +896,8 @@ static void errors(const ty_t *t) {
 int main(int argc, char **argv) {
   int provided; /* FH_PROGRESS=thread needs MPI_THREAD_MULTIPLE (else it polls only) */
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
-  me = fh_rank(ctx);
-  np = fh_size(ctx);
-  fh_test_rank = me;
-  signal(SIGALRM, on_alarm);
+  ctx = fh_test_init(&me, &np);
+  watchdog_init(ctx, 44);
   rng = mix64(0xA70C0000ULL + (uint64_t)me);
   if (np < 2 || np > 16) {
     if (me == 0) fprintf(stderr, "test_atomic needs 2..16 ranks\n");
@@ -971,61 +934,61 @@ int main(int argc, char **argv) {
     const ty_t *t = &types[ti];
     if (!type_on(t)) continue;
     snprintf(name, sizeof name, "a1. delta storm, %s", t->name);
-    begin(name, 120);
+    begin_phase(name, 120);
     storm_delta(t, iters, 0xD0000ULL + (uint64_t)ti * 1000);
-    end();
+    end_phase();
   }
   for (int ti = 0; ti < 4; ti++) {
     const ty_t *t = &types[ti];
     if (!type_on(t)) continue;
     snprintf(name, sizeof name, "a2. counters: fetch&add + cas loops, %s", t->name);
-    begin(name, 120);
+    begin_phase(name, 120);
     storm_counter(t, iters / 2);
-    end();
+    end_phase();
   }
   for (int ti = 0; ti < 4; ti++) {
     const ty_t *t = &types[ti];
     if (!type_on(t)) continue;
     snprintf(name, sizeof name, "a3. epochs: set/swap/cas vs fetch&add, %s", t->name);
-    begin(name, 120);
+    begin_phase(name, 120);
     /* Epoch ids must fit in 15 bits for the 32-bit types. */
     storm_epoch(t, iters / 2 < 30000 / np ? iters / 2 : 30000 / np);
-    end();
+    end_phase();
   }
   for (int ti = 0; ti < 4; ti++) {
     const ty_t *t = &types[ti];
     if (!type_on(t)) continue;
     snprintf(name, sizeof name, "a4. bit fields: and/or/xor/add/cas, %s", t->name);
-    begin(name, 120);
+    begin_phase(name, 120);
     storm_bits(t, iters / 2, 0xB0000ULL + (uint64_t)ti * 1000);
-    end();
+    end_phase();
   }
 
-  begin("b. _nb batches + fh_wait / fh_wait_all", 60);
+  begin_phase("b. _nb batches + fh_wait / fh_wait_all", 60);
   for (int rep = 0; rep < 5; rep++)
     for (int ti = 0; ti < 4; ti++)
       if (type_on(&types[ti])) nb_batch(&types[ti]);
-  end();
+  end_phase();
 
-  begin("c. own unregistered memory -> FH_ERR_ACCESS", 60);
+  begin_phase("c. own unregistered memory -> FH_ERR_ACCESS", 60);
   for (int ti = 0; ti < 4; ti++) {
     works_count = 0;
     must(&types[ti], OP_SET, 0, (me + 1) % np, slot(K_HEAP, (me + 1) % np) + 12 * types[ti].size, K_HEAP, 0, 0);
     refusals(&types[ti]);
   }
-  end();
+  end_phase();
 
-  begin("d. misaligned, NULL, bad rank, NULL ctx", 60);
+  begin_phase("d. misaligned, NULL, bad rank, NULL ctx", 60);
   for (int ti = 0; ti < 4; ti++) {
     works_count = 0;
     must(&types[ti], OP_SET, 0, (me + 1) % np, slot(K_HEAP, (me + 1) % np) + 12 * types[ti].size, K_HEAP, 0, 0);
     errors(&types[ti]);
   }
-  end();
+  end_phase();
 
   /* After unregistering, our region is refused to us but the previous rank still
    * reaches it (firehose path now) and finds what it left there in b. */
-  begin("c. after fh_mem_unregister", 60);
+  begin_phase("c. after fh_mem_unregister", 60);
   {
     const ty_t *t = &types[1];
     uint64_t v = rnd();
@@ -1052,7 +1015,7 @@ int main(int argc, char **argv) {
     CHECK(mine_v == prev_sent, "own ex-registered word is %#llx after a barrier, the previous rank left %#llx",
           (unsigned long long)mine_v, (unsigned long long)prev_sent);
   }
-  end();
+  end_phase();
 
   alarm(0);
   fh_free(ctx, heap);

@@ -40,7 +40,6 @@
  * Run: mpirun -np N test_barrier (N >= 1; CI: 2, 4, 8, 5; FH_BARRIER=tree|mpi). */
 #include "common.h"
 #include <sched.h>
-#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,34 +48,6 @@
 static fh_ctx_t *ctx;
 static int me, np;
 static uint64_t rng; /* per-rank: sleeps, computation, per-rank choices */
-
-/* ---------------- watchdog ---------------- */
-static const char *volatile phase = "init";
-static volatile int where_it = -1;        /* iteration, for the watchdog's message */
-static const char *volatile where = "";   /* step inside the iteration */
-static void on_alarm(int sig) {
-  (void)sig;
-  char buf[320];
-  int n = snprintf(buf, sizeof buf, "[rank %d] TIMEOUT: phase '%s' hangs (iteration %d, %s)\n",
-                   me, phase, where_it, where);
-  if (n > 0) (void)!write(2, buf, (size_t)n);
-  _exit(3);
-}
-static double t_phase;
-static void begin(const char *name, unsigned secs) {
-  CHECK_OK(fh_barrier(ctx));
-  phase = name;
-  alarm(secs);
-  t_phase = MPI_Wtime();
-}
-static void end(void) {
-  CHECK_OK(fh_barrier(ctx));
-  alarm(0);
-  if (me == 0) {
-    printf("  %-52s %6.2f s\n", phase, MPI_Wtime() - t_phase);
-    fflush(stdout);
-  }
-}
 
 /* ---------------- helpers ---------------- */
 static unsigned rnd(unsigned n) { return (unsigned)(rng_next(&rng) % n); }
@@ -194,18 +165,18 @@ static track_t T; /* main context */
 
 /* ---------------- a, b, c ---------------- */
 static void phase_skew_blocking(void) {
-  begin("a. skewed fh_barrier", 60);
+  begin_phase("a. skewed fh_barrier", 60);
   for (int it = 0; it < 150; it++) {
     skew(it % np, it);
     arrive(&T);
     CHECK_OK(fh_barrier(ctx));
     verify(&T, "skewed fh_barrier");
   }
-  end();
+  end_phase();
 }
 
 static void phase_skew_split(void) {
-  begin("b. skewed split-phase (wait / try loop)", 60);
+  begin_phase("b. skewed split-phase (wait / try loop)", 60);
   long tries = 0;
   for (int it = 0; it < 150; it++) {
     int64_t id = (int64_t)(it * 7919) - 500;
@@ -219,19 +190,19 @@ static void phase_skew_split(void) {
     else CHECK_RC(try_loop(ctx, id, 0, 100 + rnd(1000), &tries), FH_OK);
     verify(&T, "skewed split-phase");
   }
-  end();
+  end_phase();
   if (me == 0) printf("    (rank 0 saw %ld FH_NOT_READY tries)\n", tries);
 }
 
 static void phase_back_to_back(void) {
-  begin("c. back to back: 2000 tracked fh_barrier", 120);
+  begin_phase("c. back to back: 2000 tracked fh_barrier", 120);
   for (int it = 0; it < 2000; it++) {
     arrive(&T);
     CHECK_OK(fh_barrier(ctx));
     verify(&T, "back-to-back fh_barrier");
   }
-  end();
-  begin("c. back to back: 1000 notify/wait + 500 fh_barrier", 120);
+  end_phase();
+  begin_phase("c. back to back: 1000 notify/wait + 500 fh_barrier", 120);
   for (int it = 0; it < 1000; it++) {
     if (it % 2) {
       CHECK_OK(fh_barrier_notify(ctx, it, 0));
@@ -243,12 +214,12 @@ static void phase_back_to_back(void) {
   }
   for (int it = 0; it < 500; it++) CHECK_OK(fh_barrier(ctx));
   for (int it = 0; it < 3; it++) tracked_ok(&T, it, "after back-to-back");
-  end();
+  end_phase();
 }
 
 /* ---------------- d ---------------- */
 static void phase_try_not_ready(void) {
-  begin("d. try is FH_NOT_READY while a rank is missing", 60);
+  begin_phase("d. try is FH_NOT_READY while a rank is missing", 60);
   long tries = 0;
   for (int it = 0; it < 60; it++) {
     int late = it % np;
@@ -286,7 +257,7 @@ static void phase_try_not_ready(void) {
     }
     verify(&T, "try while a rank is missing");
   }
-  end();
+  end_phase();
 }
 
 /* ---------------- e ---------------- */
@@ -295,7 +266,7 @@ static const int64_t special_ids[] = {0, -1, INT64_MIN, INT64_MAX, 1, 42, -42, (
 #define N_SPECIAL ((int)(sizeof special_ids / sizeof special_ids[0]))
 
 static void phase_named_anonymous(void) {
-  begin("e. named and anonymous mixed", 60);
+  begin_phase("e. named and anonymous mixed", 60);
   for (int it = 0; it < 120; it++) {
     int64_t id = special_ids[it % N_SPECIAL];
     uint64_t pat = shared_rand(5, (uint64_t)it);
@@ -316,7 +287,7 @@ static void phase_named_anonymous(void) {
     else CHECK_OK(fh_barrier_wait(ctx, my_id, flags));
     verify(&T, "named/anonymous mix");
   }
-  end();
+  end_phase();
 }
 
 /* ---------------- f ---------------- */
@@ -334,7 +305,7 @@ static void mismatch_once(int64_t id, int flags, int by_try, const char *what) {
 
 static void phase_mismatch(void) {
   if (np < 2) return;
-  begin("f. mismatch on every rank, next barrier works", 90);
+  begin_phase("f. mismatch on every rank, next barrier works", 90);
   for (int it = 0; it < 4 * np; it++) {
     int odd = it % np;
     int by_try = (it / np) % 2;
@@ -370,12 +341,12 @@ static void phase_mismatch(void) {
   /* several mismatches back to back (both epoch parities), then normal barriers */
   for (int it = 0; it < 7; it++) mismatch_once(me * 1000 + it, 0, it % 2, "back-to-back mismatches");
   for (int it = 0; it < 6; it++) tracked_ok(&T, it, "after back-to-back mismatches");
-  end();
+  end_phase();
 }
 
 /* ---------------- g ---------------- */
 static void phase_wait_other_id(void) {
-  begin("g. wait/try with an id other than this rank's notify", 60);
+  begin_phase("g. wait/try with an id other than this rank's notify", 60);
   for (int it = 0; it < 3 * np; it++) {
     int odd = it % np;
     int by_try = (it / np) == 1;
@@ -398,12 +369,12 @@ static void phase_wait_other_id(void) {
     verify(&T, "wait with another id");
     tracked_ok(&T, it, "after wait with another id");
   }
-  end();
+  end_phase();
 }
 
 /* ---------------- h ---------------- */
 static void phase_errors(void) {
-  begin("h. state and argument errors", 60);
+  begin_phase("h. state and argument errors", 60);
   /* wait / try without notify */
   CHECK_RC(fh_barrier_wait(ctx, 0, ANON), FH_ERR_STATE);
   CHECK_RC(fh_barrier_wait(ctx, 9, 0), FH_ERR_STATE);
@@ -441,7 +412,7 @@ static void phase_errors(void) {
   CHECK_RC(fh_barrier_wait(NULL, 0, ANON), FH_ERR_INVALID_ARG);
   CHECK_RC(fh_barrier_try(NULL, 0, ANON), FH_ERR_INVALID_ARG);
   for (int it = 0; it < 3; it++) tracked_ok(&T, it, "after errors");
-  end();
+  end_phase();
 }
 
 /* ---------------- i ---------------- */
@@ -452,7 +423,7 @@ static const char *algo_after(const char *a) {
 }
 
 static void phase_two_contexts(void) {
-  begin("i. barriers on two contexts at once", 60);
+  begin_phase("i. barriers on two contexts at once", 60);
   const char *env = getenv("FH_BARRIER");
   char *saved = env ? strdup(env) : NULL;
   const char *algo_b = algo_after(saved);
@@ -466,7 +437,7 @@ static void phase_two_contexts(void) {
   track_t B;
   track_init(&B, cb, dup);
 
-  phase = "i. two contexts: notify/wait in random orders";
+  set_phase("i. two contexts: notify/wait in random orders");
   for (int it = 0; it < 120; it++) {
     int64_t ida = 2 * it, idb = -2 * it - 1;
     int fa = (it % 4 == 1) ? ANON : 0, fb = (it % 4 == 2) ? ANON : 0;
@@ -480,28 +451,28 @@ static void phase_two_contexts(void) {
     if (rnd(2)) sleep_us(rnd(1500));
     if (!notify_b_first) CHECK_OK(fh_barrier_notify(cb, idb, fb));
     compute(rnd(20000));
-    where_it = it;
+    fh_test_iter = it;
     if (wait_a_first) {
-      where = it % 3 ? "first wait A" : "first try loop A";
+      fh_test_step = it % 3 ? "first wait A" : "first try loop A";
       if (it % 3) CHECK_OK(fh_barrier_wait(ctx, ida, fa));
       else CHECK_RC(try_loop(ctx, ida, fa, 100, NULL), FH_OK);
       verify(&T, "two contexts (A)");
-      where = "second wait B";
+      fh_test_step = "second wait B";
       CHECK_OK(fh_barrier_wait(cb, idb, fb));
       verify(&B, "two contexts (B)");
     } else {
-      where = it % 3 ? "first wait B" : "first try loop B";
+      fh_test_step = it % 3 ? "first wait B" : "first try loop B";
       if (it % 3) CHECK_OK(fh_barrier_wait(cb, idb, fb));
       else CHECK_RC(try_loop(cb, idb, fb, 100, NULL), FH_OK);
       verify(&B, "two contexts (B)");
-      where = "second wait A";
+      fh_test_step = "second wait A";
       CHECK_OK(fh_barrier_wait(ctx, ida, fa));
       verify(&T, "two contexts (A)");
     }
-    where = "";
+    fh_test_step = "";
   }
   /* Both pending at once, completed by alternating tries. */
-  phase = "i. two contexts: alternating tries";
+  set_phase("i. two contexts: alternating tries");
   for (int it = 0; it < 40; it++) {
     skew((it + 2) % np, it);
     arrive(&T);
@@ -525,7 +496,7 @@ static void phase_two_contexts(void) {
   }
   if (np >= 2) {
     /* A mismatch on B does not disturb A's barrier in progress. */
-    phase = "i. two contexts: mismatch on B during A";
+    set_phase("i. two contexts: mismatch on B during A");
     for (int it = 0; it < 10; it++) {
       arrive(&T);
       CHECK_OK(fh_barrier_notify(ctx, 500 + it, 0));
@@ -538,7 +509,7 @@ static void phase_two_contexts(void) {
     }
   }
   /* Blocking barriers on B inside A's split phase, and the other way round. */
-  phase = "i. two contexts: blocking barrier inside the other's split phase";
+  set_phase("i. two contexts: blocking barrier inside the other's split phase");
   for (int it = 0; it < 30; it++) {
     skew(it % np, it);
     arrive(&T);
@@ -561,8 +532,8 @@ static void phase_two_contexts(void) {
   MPI_Comm_free(&dup);
   /* A still works after B is gone. */
   for (int it = 0; it < 3; it++) tracked_ok(&T, it, "after finalizing B");
-  phase = "i. barriers on two contexts at once";
-  end();
+  set_phase("i. barriers on two contexts at once");
+  end_phase();
   if (me == 0) printf("    (context A: FH_BARRIER=%s, context B: %s)\n", saved ? saved : "(default)", algo_b);
   free(saved);
 }
@@ -571,13 +542,10 @@ static void phase_two_contexts(void) {
 int main(int argc, char **argv) {
   int provided; /* MULTIPLE, so the suite also runs with FH_PROGRESS=thread */
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
-  me = fh_rank(ctx);
-  np = fh_size(ctx);
-  fh_test_rank = me;
+  ctx = fh_test_init(&me, &np);
   rng = 0x5DEECE66DULL * (uint64_t)(me + 1) + (uint64_t)time(NULL);
   if (rng == 0) rng = 1;
-  signal(SIGALRM, on_alarm);
+  watchdog_init(ctx, 52);
   track_init(&T, ctx, MPI_COMM_WORLD);
   double t0 = MPI_Wtime();
   if (me == 0) {

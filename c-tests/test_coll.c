@@ -39,36 +39,10 @@
 #include "common.h"
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <unistd.h>
 
 static fh_ctx_t *ctx;
 static int me, np;
-
-/* ---------------- watchdog ---------------- */
-static const char *volatile phase = "init";
-static void on_alarm(int sig) {
-  (void)sig;
-  char buf[256];
-  int n = snprintf(buf, sizeof buf, "[rank %d] TIMEOUT: phase '%s' hangs\n", me, phase);
-  if (n > 0) (void)!write(2, buf, (size_t)n);
-  _exit(3);
-}
-static double t_phase;
-static void begin(const char *name, unsigned secs) {
-  CHECK_OK(fh_barrier(ctx));
-  phase = name;
-  alarm(secs);
-  t_phase = MPI_Wtime();
-}
-static void end(void) {
-  CHECK_OK(fh_barrier(ctx));
-  alarm(0);
-  if (me == 0) {
-    printf("  %-48s %6.2f s\n", phase, MPI_Wtime() - t_phase);
-    fflush(stdout);
-  }
-}
 
 /* ---------------- types, ops, data ---------------- */
 typedef struct {
@@ -103,12 +77,6 @@ static void init_ops(void) {
   memcpy(ops, o, sizeof o);
 }
 
-static inline uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 /* Pseudo-random bytes, a function of key and position only. */
 static void pattern(void *buf, size_t n, uint64_t key) {
   unsigned char *p = buf;
@@ -697,11 +665,8 @@ static void skewed_sequence(void) {
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
-  me = fh_rank(ctx);
-  np = fh_size(ctx);
-  fh_test_rank = me;
-  signal(SIGALRM, on_alarm);
+  ctx = fh_test_init(&me, &np);
+  watchdog_init(ctx, 48);
   init_dtypes();
   init_ops();
   double t0 = MPI_Wtime();
@@ -711,34 +676,34 @@ int main(int argc, char **argv) {
            s ? s : "(default)");
   }
 
-  begin("a. broadcast, every root and size", 60);
+  begin_phase("a. broadcast, every root and size", 60);
   bcast_sweep(ctx, "");
-  end();
-  begin("b. reduce/allreduce, every type, op, root, count", 120);
+  end_phase();
+  begin_phase("b. reduce/allreduce, every type, op, root, count", 120);
   reduce_sweep(ctx, "", 1);
-  end();
+  end_phase();
   if (me == 0) printf("    (%ld reduces, %ld allreduces)\n", n_reduce, n_allreduce);
-  begin("c. allgather", 60);
+  begin_phase("c. allgather", 60);
   allgather_sweep(ctx, "");
-  end();
-  begin("d. determinism of inexact float reductions", 60);
+  end_phase();
+  begin_phase("d. determinism of inexact float reductions", 60);
   determinism(ctx);
-  end();
-  begin("e. argument errors", 30);
+  end_phase();
+  begin_phase("e. argument errors", 30);
   errors();
-  end();
-  begin("e. a second thread's collective gets FH_ERR_STATE", 60);
+  end_phase();
+  begin_phase("e. a second thread's collective gets FH_ERR_STATE", 60);
   concurrent_collective(provided);
-  end();
-  begin("f. skewed sequence of mixed collectives", 90);
+  end_phase();
+  begin_phase("f. skewed sequence of mixed collectives", 90);
   skewed_sequence();
-  end();
-  begin("g. 64 MiB broadcast, 8 MiB allreduce", 90);
+  end_phase();
+  begin_phase("g. 64 MiB broadcast, 8 MiB allreduce", 90);
   big();
-  end();
-  begin("h. FH_BCAST_LAMBDA 1, 3, 64 on second contexts", 90);
+  end_phase();
+  begin_phase("h. FH_BCAST_LAMBDA 1, 3, 64 on second contexts", 90);
   other_lambdas();
-  end();
+  end_phase();
 
   if (me == 0) printf("  total %.2f s\n", MPI_Wtime() - t0);
   CHECK_OK(fh_finalize(ctx));

@@ -377,10 +377,7 @@ static void bad_args(void) {
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
-  me = fh_rank(ctx);
-  np = fh_size(ctx);
-  fh_test_rank = me;
+  ctx = fh_test_init(&me, &np);
   CHECK(np >= 2 && np <= 256, "needs 2..256 ranks");
   pg = (size_t)sysconf(_SC_PAGESIZE);
   heap = fh_malloc(ctx, 1 << 16);

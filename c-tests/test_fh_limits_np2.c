@@ -20,10 +20,8 @@ int main(int argc, char **argv) {
    * kernel's single copy (FH_CMA). An explicit FH_CMA in the environment still wins. */
   setenv("FH_CMA", "0", 0);
   MPI_Init(&argc, &argv);
-  fh_ctx_t *ctx;
-  CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
-  int me = fh_rank(ctx), np = fh_size(ctx);
-  fh_test_rank = me;
+  int me, np;
+  fh_ctx_t *ctx = fh_test_init(&me, &np);
   CHECK(np == 2, "runs on 2 ranks");
   int peer = 1 - me;
 

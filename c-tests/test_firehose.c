@@ -292,10 +292,7 @@ int main(int argc, char **argv) {
    * kernel's single copy (FH_CMA). An explicit FH_CMA in the environment still wins. */
   setenv("FH_CMA", "0", 0);
   MPI_Init(&argc, &argv);
-  CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
-  me = fh_rank(ctx);
-  np = fh_size(ctx);
-  fh_test_rank = me;
+  ctx = fh_test_init(&me, &np);
   CHECK(np <= 256, "at most 256 ranks");
   unsigned char stackbuf[STACK_BYTES]; /* a peer's stack: target of phase 2 */
   memset(stackbuf, 0, sizeof stackbuf);

@@ -40,7 +40,6 @@
  * Run: mpirun -np 2|4|8 test_lock (also with FH_SHM=0 and FH_PROGRESS=thread). */
 #include "common.h"
 #include <sched.h>
-#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,37 +48,6 @@ static int me, np;
 static uint64_t rng;
 static char **heaps; /* every rank's fh_malloc block */
 
-/* ---------------- watchdog ---------------- */
-static const char *volatile phase = "init";
-static void on_alarm(int sig) {
-  (void)sig;
-  char buf[256];
-  int n = snprintf(buf, sizeof buf, "[rank %d] TIMEOUT: phase '%s' hangs\n", me, phase);
-  if (n > 0) (void)!write(2, buf, (size_t)n);
-  _exit(3);
-}
-static double t_phase;
-static void begin(const char *name, unsigned secs) {
-  CHECK_OK(fh_barrier(ctx));
-  phase = name;
-  alarm(secs);
-  t_phase = MPI_Wtime();
-}
-static void end(void) {
-  CHECK_OK(fh_barrier(ctx));
-  alarm(0);
-  if (me == 0) {
-    printf("  %-44s %6.2f s\n", phase, MPI_Wtime() - t_phase);
-    fflush(stdout);
-  }
-}
-
-static inline uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 static inline uint64_t rndn(uint64_t n) { return rng_next(&rng) % n; }
 static void sleep_ms(double ms) {
   struct timespec ts = {(time_t)(ms / 1000), (long)((ms - 1000 * (double)(time_t)(ms / 1000)) * 1e6)};
@@ -485,11 +453,8 @@ static void errors(void) {
 int main(int argc, char **argv) {
   int provided; /* FH_PROGRESS=thread needs MPI_THREAD_MULTIPLE (else it polls only) */
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
-  me = fh_rank(ctx);
-  np = fh_size(ctx);
-  fh_test_rank = me;
-  signal(SIGALRM, on_alarm);
+  ctx = fh_test_init(&me, &np);
+  watchdog_init(ctx, 44);
   rng = mix64(0x10C40000ULL + (uint64_t)me);
   if (np < 2) {
     fprintf(stderr, "test_lock needs at least 2 ranks\n");
@@ -509,29 +474,29 @@ int main(int argc, char **argv) {
   exchange_ptrs(heap, (void **)heaps, MPI_COMM_WORLD);
   CHECK_OK(fh_barrier(ctx));
 
-  begin("1. mutual exclusion, one lock", 120);
+  begin_phase("1. mutual exclusion, one lock", 120);
   one_lock(iters);
-  end();
+  end_phase();
 
-  begin("2. three locks, homes 0, np/2, np-1, nested", 120);
+  begin_phase("2. three locks, homes 0, np/2, np-1, nested", 120);
   several_locks(iters / 2);
-  end();
+  end_phase();
 
-  begin("3. fh_lock_try", 60);
+  begin_phase("3. fh_lock_try", 60);
   try_semantics();
-  end();
+  end_phase();
 
-  begin("4. no starvation next to a greedy rank", 60);
+  begin_phase("4. no starvation next to a greedy rank", 60);
   no_starvation(20);
-  end();
+  end_phase();
 
-  begin("5. grants in arrival order", 60);
+  begin_phase("5. grants in arrival order", 60);
   arrival_order();
-  end();
+  end_phase();
 
-  begin("6. errors", 60);
+  begin_phase("6. errors", 60);
   errors();
-  end();
+  end_phase();
 
   alarm(0);
   fh_free(ctx, heap);

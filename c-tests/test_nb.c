@@ -329,10 +329,7 @@ static void phase_nbi(void) {
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
-  me = fh_rank(ctx);
-  np = fh_size(ctx);
-  fh_test_rank = me;
+  ctx = fh_test_init(&me, &np);
   CHECK(np <= 256, "at most 256 ranks");
 
   size_t rsize = (size_t)np * LANE;

@@ -13,10 +13,8 @@ static void expect(const unsigned char *p, size_t n, int seed, const char *what)
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  fh_ctx_t *ctx;
-  CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
-  int me = fh_rank(ctx), n = fh_size(ctx);
-  fh_test_rank = me;
+  int me, n;
+  fh_ctx_t *ctx = fh_test_init(&me, &n);
   int right = (me + 1) % n, left = (me + n - 1) % n;
   const size_t MAX = 1 << 20;
 

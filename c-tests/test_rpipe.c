@@ -41,7 +41,6 @@
  *
  * A watchdog (alarm) names the phase if one hangs. Run: mpirun -np 2|4|8 test_rpipe */
 #include "common.h"
-#include <signal.h>
 #include <unistd.h>
 
 static fh_ctx_t *ctx;
@@ -49,38 +48,7 @@ static int me, np;
 static uint64_t rng; /* timing and choices only; message contents depend on seq */
 static int pipe_no;  /* pipes opened so far by the pair phases (same on every rank) */
 
-/* ---------------- watchdog ---------------- */
-static const char *volatile phase = "init";
-static void on_alarm(int sig) {
-  (void)sig;
-  char buf[256];
-  int n = snprintf(buf, sizeof buf, "[rank %d] TIMEOUT: phase '%s' hangs\n", me, phase);
-  if (n > 0) (void)!write(2, buf, (size_t)n);
-  _exit(3);
-}
-static double t_phase;
-static void begin(const char *name, unsigned secs) {
-  CHECK_OK(fh_barrier(ctx));
-  phase = name;
-  alarm(secs);
-  t_phase = MPI_Wtime();
-}
-static void end(void) {
-  CHECK_OK(fh_barrier(ctx));
-  alarm(0);
-  if (me == 0) {
-    printf("  %-44s %6.2f s\n", phase, MPI_Wtime() - t_phase);
-    fflush(stdout);
-  }
-}
-
 /* ---------------- helpers ---------------- */
-static inline uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 static unsigned rnd(unsigned n) { return (unsigned)(rng_next(&rng) % n); }
 
 static volatile uint64_t spin_sink;
@@ -913,11 +881,8 @@ static void several_pipes(int peer, int even) {
 /* ---------------- main ---------------- */
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
-  me = fh_rank(ctx);
-  np = fh_size(ctx);
-  fh_test_rank = me;
-  signal(SIGALRM, on_alarm);
+  ctx = fh_test_init(&me, &np);
+  watchdog_init(ctx, 44);
   rng = mix64(0x5EED0000ULL + (uint64_t)me);
   int peer = me ^ 1;
   int paired = peer < np;
@@ -932,9 +897,9 @@ int main(int argc, char **argv) {
   }
   const size_t W = 16384;
 
-  begin("a. ordered delivery, random sizes and speeds", 120);
+  begin_phase("a. ordered delivery, random sizes and speeds", 120);
   if (paired) stream_half(peer, even, nmsgs, W, RPIPE_HALF_DUPLEX, RPIPE_NEXT_FIT, "a");
-  end();
+  end_phase();
 
   static const char *pol_names[4] = {"next fit", "first fit", "best fit", "worst fit"};
   static const int pols[4] = {RPIPE_NEXT_FIT, RPIPE_FIRST_FIT, RPIPE_BEST_FIT, RPIPE_WORST_FIT};
@@ -942,15 +907,15 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 4; i++) {
       char name[96];
       snprintf(name, sizeof name, "b. %s, %s", pol_names[i], pull ? "pull" : "push");
-      begin(name, 60);
+      begin_phase(name, 60);
       /* 4 KiB or 16 KiB, writer alternating between the even and the odd rank. */
       size_t w = i % 2 ? 4096 : W;
       if (paired)
         stream_half(peer, even ^ (i % 2), nshort, w, RPIPE_HALF_DUPLEX | (pull ? RPIPE_PULL : 0), pols[i], name);
-      end();
+      end_phase();
     }
 
-  begin("c. heap exhaustion and recovery", 60);
+  begin_phase("c. heap exhaustion and recovery", 60);
   if (paired) {
     exhaust(peer, even, 8192, 100, RPIPE_HALF_DUPLEX, RPIPE_NEXT_FIT, "c 8K/100 next");       /* heap: 64 */
     exhaust(peer, !even, 4096, 64, RPIPE_PULL, RPIPE_FIRST_FIT, "c 4K/64 first pull");        /* both: 64 */
@@ -958,35 +923,35 @@ int main(int argc, char **argv) {
     exhaust(peer, !even, 131072, 0, RPIPE_HALF_DUPLEX, RPIPE_WORST_FIT, "c 128K/0 worst");    /* cap: 1024 */
     exhaust(peer, even, 262144, 100, RPIPE_PULL, RPIPE_NEXT_FIT, "c 256K/100 next pull");     /* cap: 1024 */
   }
-  end();
+  end_phase();
 
   long nfd = nmsgs / 10 < 3000 ? nmsgs / 10 : 3000;
   if (nfd < 500) nfd = 500;
-  begin("d. full duplex, push", 60);
+  begin_phase("d. full duplex, push", 60);
   if (paired) full_duplex(peer, nfd, 8192, 0, RPIPE_NEXT_FIT, "d push");
-  end();
-  begin("d. full duplex, pull, worst fit", 60);
+  end_phase();
+  begin_phase("d. full duplex, pull, worst fit", 60);
   if (paired) full_duplex(peer, nfd, 8192, RPIPE_PULL, RPIPE_WORST_FIT, "d pull");
-  end();
+  end_phase();
 
   long ka = 4000 / (np - 1);
   if (ka < 100) ka = 100;
   if (np > 1) {
-    begin("e. all-to-all, push", 90);
+    begin_phase("e. all-to-all, push", 90);
     all_to_all(ka, 8192, 0, RPIPE_FIRST_FIT, "e push");
-    end();
-    begin("e. all-to-all, pull, best fit", 90);
+    end_phase();
+    begin_phase("e. all-to-all, pull, best fit", 90);
     all_to_all(ka / 2, 4096, RPIPE_PULL, RPIPE_BEST_FIT, "e pull");
-    end();
+    end_phase();
   }
 
-  begin("f. close", 60);
+  begin_phase("f. close", 60);
   if (paired) close_tests(peer, even);
-  end();
+  end_phase();
 
-  begin("g. three pipes per pair at once", 60);
+  begin_phase("g. three pipes per pair at once", 60);
   if (paired) several_pipes(peer, even);
-  end();
+  end_phase();
 
   alarm(0);
   CHECK_OK(fh_finalize(ctx));

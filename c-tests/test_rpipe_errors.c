@@ -35,31 +35,16 @@
  * A watchdog (alarm) names the phase if one hangs. Run: mpirun -np 2|4|8 test_rpipe_errors */
 #include "common.h"
 #include <limits.h>
-#include <signal.h>
 #include <unistd.h>
 
 static fh_ctx_t *ctx;
 static int me, np, peer, paired, even;
 static int verbose;
 
-/* ---------------- watchdog ---------------- */
-static const char *volatile phase = "init";
-static void on_alarm(int sig) {
-  (void)sig;
-  char buf[300];
-  int n = snprintf(buf, sizeof buf, "[rank %d] TIMEOUT: phase '%s' hangs\n", me, phase);
-  if (n > 0) (void)!write(2, buf, (size_t)n);
-  _exit(3);
-}
+/* ---------------- phases (watchdog: common.h) ---------------- */
 static void begin(const char *name) {
-  CHECK_OK(fh_barrier(ctx));
-  phase = name;
-  alarm(30);
+  begin_phase(name, 30);
   if (me == 0 && verbose) printf("--- %s\n", name);
-}
-static void end(void) {
-  CHECK_OK(fh_barrier(ctx));
-  alarm(0);
 }
 
 /* ---------------- fresh-error checks ---------------- */
@@ -393,12 +378,9 @@ static void after_finalize(rpipe_t *p) {
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
-  me = fh_rank(ctx);
-  np = fh_size(ctx);
-  fh_test_rank = me;
+  ctx = fh_test_init(&me, &np);
   verbose = getenv("FH_TEST_VERBOSE") != NULL;
-  signal(SIGALRM, on_alarm);
+  watchdog_init(ctx, 0);
   CHECK(np >= 2, "needs at least 2 ranks");
   peer = me ^ 1;
   paired = peer < np;
@@ -407,7 +389,7 @@ int main(int argc, char **argv) {
   begin("1. local argument errors");
   local_errors();
   if (paired) good_open("local errors");
-  end();
+  end_phase();
 
   begin("2. handshake failures on both ends");
   if (paired) {
@@ -432,23 +414,23 @@ int main(int argc, char **argv) {
     both_fail("mode 4 on both ends", wr, 4096, 4, NF, INV);
     both_fail("policy 9 on both ends", wr, 4096, H, 9, INV);
   }
-  end();
+  end_phase();
 
   begin("3. half-duplex misuse");
   if (paired) half_duplex_misuse();
-  end();
+  end_phase();
 
   begin("4. full-duplex misuse");
   if (paired) full_duplex_misuse();
-  end();
+  end_phase();
 
   begin("5. use after close");
   if (paired) use_after_close();
-  end();
+  end_phase();
 
   begin("6. width not a multiple of 64");
   if (paired) odd_width();
-  end();
+  end_phase();
 
   begin("7. bad role/mode/policy on one end: both fail");
   if (paired) {
@@ -461,7 +443,7 @@ int main(int argc, char **argv) {
     both_fail("policy 4 on the even end", wr, 4096, H, even ? 4 : NF, INV);
     both_fail("policy -1 on the odd end", wr, 4096, H, even ? NF : -1, INV);
   }
-  end();
+  end_phase();
 
   begin("8. a pipe left open at fh_finalize");
   rpipe_t *left = NULL;

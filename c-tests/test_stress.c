@@ -28,10 +28,8 @@ static void h_ack(fh_token_t *t, void *b, size_t n, const uint64_t *a, size_t na
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  fh_ctx_t *ctx;
-  CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
-  int me = fh_rank(ctx), np = fh_size(ctx);
-  fh_test_rank = me;
+  int me, np;
+  fh_ctx_t *ctx = fh_test_init(&me, &np);
   long ops = getenv("FH_STRESS_OPS") ? atol(getenv("FH_STRESS_OPS")) : 20000;
   CHECK_OK(fh_am_register(ctx, H_ADD, h_add, NULL));
   CHECK_OK(fh_am_register(ctx, H_ACK, h_ack, NULL));

@@ -22,27 +22,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "firehose.h"
+#include "example.h" /* CHECK, FAIL, example_init */
 
 static int me = -1;
 static fh_ctx_t *ctx;
-
-#define DIE(...)                                                               \
-  do {                                                                         \
-    char m_[512];                                                              \
-    fh_last_error(m_, sizeof m_);                                              \
-    fprintf(stderr, "[rank %d] bitonic FAILED at %s:%d: ", me, __FILE__, __LINE__); \
-    fprintf(stderr, __VA_ARGS__);                                              \
-    fprintf(stderr, "\n[rank %d]   (firehose last error: %s)\n", me, m_);      \
-    fflush(stderr);                                                            \
-    MPI_Abort(MPI_COMM_WORLD, 1);                                              \
-  } while (0)
-
-#define FH(call)                                                               \
-  do {                                                                         \
-    int rc_ = (call);                                                          \
-    if (rc_ != FH_OK) DIE("%s -> %s", #call, fh_strerror(rc_));                \
-  } while (0)
 
 static uint64_t splitmix(uint64_t *s) {
   uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -85,10 +68,8 @@ static long parse_pos(const char *s, const char *what) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &me);
-  FH(fh_init(MPI_COMM_WORLD, NULL, &ctx));
-  int nranks = fh_size(ctx);
+  int nranks;
+  ctx = example_init(&argc, &argv, &me, &nranks);
   size_t n = argc > 1 ? (size_t)parse_pos(argv[1], "keys") : 1024;
   long reps = argc > 2 ? parse_pos(argv[2], "reps") : 3500;
 
@@ -99,12 +80,12 @@ int main(int argc, char **argv) {
 
   uint64_t *keys = malloc(bytes), *tmp = malloc(bytes);
   uint64_t *recv = malloc(2 * bytes); /* the partner's puts land here; plain malloc */
-  if (!keys || !tmp || !recv) DIE("malloc");
+  if (!keys || !tmp || !recv) FAIL("malloc");
   uint64_t mine = (uint64_t)(uintptr_t)recv, *all = malloc(sizeof(uint64_t) * (size_t)nranks);
   MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
   uint64_t *gath = malloc(sizeof(uint64_t) * 7 * (size_t)nranks);
 
-  FH(fh_barrier(ctx));
+  CHECK(fh_barrier(ctx));
   double t0 = MPI_Wtime(), tcheck = 0;
   long step = 0; /* selects the receive half; runs on across sorts */
   for (long rep = 0; rep < reps; rep++) {
@@ -123,9 +104,9 @@ int main(int argc, char **argv) {
         int partner = me ^ (1 << j);
         if (active) {
           uint64_t *dst = (uint64_t *)(uintptr_t)all[partner] + (size_t)(step & 1) * n;
-          FH(fh_put(ctx, partner, dst, keys, bytes));
+          CHECK(fh_put(ctx, partner, dst, keys, bytes));
         }
-        FH(fh_barrier(ctx)); /* the partner's block is in `in` */
+        CHECK(fh_barrier(ctx)); /* the partner's block is in `in` */
         if (active) {
           int ascending = ((me >> k) & 1) == 0;
           merge_split(keys, in, tmp, n, (me < partner) == ascending);
@@ -140,7 +121,7 @@ int main(int argc, char **argv) {
     uint64_t v[7] = {sums[0], sums[1], 0, 0, x, 0, 0};
     if (active) {
       for (size_t i = 0; i < n; i++) {
-        if (i && keys[i - 1] > keys[i]) DIE("sort %ld: block not sorted at key %zu", rep, i);
+        if (i && keys[i - 1] > keys[i]) FAIL("sort %ld: block not sorted at key %zu", rep, i);
         v[2] += keys[i], v[3] += mix(keys[i]), v[4] ^= keys[i];
       }
       v[5] = keys[0], v[6] = keys[n - 1];
@@ -150,12 +131,12 @@ int main(int argc, char **argv) {
     for (int i = 0; i < p; i++) {
       const uint64_t *w = gath + 7 * (size_t)i;
       g[0] += w[0], g[1] += w[1], g[2] += w[2], g[3] += w[3], g[4] ^= w[4];
-      if (i && gath[7 * (size_t)i - 1] > w[5]) DIE("sort %ld: last key of rank %d > first key of rank %d", rep, i - 1, i);
+      if (i && gath[7 * (size_t)i - 1] > w[5]) FAIL("sort %ld: last key of rank %d > first key of rank %d", rep, i - 1, i);
     }
     if (g[0] != g[2] || g[1] != g[3] || g[4] != 0)
-      DIE("sort %ld: keys not preserved (sum %llx -> %llx, hashed sum %llx -> %llx, xor diff %llx)", rep,
-          (unsigned long long)g[0], (unsigned long long)g[2], (unsigned long long)g[1], (unsigned long long)g[3],
-          (unsigned long long)g[4]);
+      FAIL("sort %ld: keys not preserved (sum %llx -> %llx, hashed sum %llx -> %llx, xor diff %llx)", rep,
+           (unsigned long long)g[0], (unsigned long long)g[2], (unsigned long long)g[1], (unsigned long long)g[3],
+           (unsigned long long)g[4]);
     tcheck += MPI_Wtime() - tc;
   }
   double el = MPI_Wtime() - t0 - tcheck, tmax = 0;
@@ -163,11 +144,11 @@ int main(int argc, char **argv) {
   fh_stats_t st;
   memset(&st, 0, sizeof st);
   st.struct_size = sizeof st;
-  FH(fh_stats_get(ctx, &st));
+  CHECK(fh_stats_get(ctx, &st));
   uint64_t loc[3] = {st.hits, st.misses, st.puts}, tot[3] = {0, 0, 0};
   MPI_Reduce(loc, tot, 3, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
   MPI_Reduce(&el, &tmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-  FH(fh_finalize(ctx));
+  CHECK(fh_finalize(ctx));
   if (me == 0) {
     char rate[32] = "n/a (no puts)";
     if (tot[0] + tot[1]) snprintf(rate, sizeof rate, "%.3f %%", 100.0 * (double)tot[0] / (double)(tot[0] + tot[1]));

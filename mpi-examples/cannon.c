@@ -23,27 +23,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "firehose.h"
+#include "example.h" /* CHECK, FAIL, example_init */
 
 static int me = -1;
 static fh_ctx_t *ctx;
-
-#define DIE(...)                                                               \
-  do {                                                                         \
-    char m_[512];                                                              \
-    fh_last_error(m_, sizeof m_);                                              \
-    fprintf(stderr, "[rank %d] cannon FAILED at %s:%d: ", me, __FILE__, __LINE__); \
-    fprintf(stderr, __VA_ARGS__);                                              \
-    fprintf(stderr, "\n[rank %d]   (firehose last error: %s)\n", me, m_);      \
-    fflush(stderr);                                                            \
-    MPI_Abort(MPI_COMM_WORLD, 1);                                              \
-  } while (0)
-
-#define FH(call)                                                               \
-  do {                                                                         \
-    int rc_ = (call);                                                          \
-    if (rc_ != FH_OK) DIE("%s -> %s", #call, fh_strerror(rc_));                \
-  } while (0)
 
 /* C += A * B for n x n row-major blocks. */
 static void block_mul(size_t n, double *restrict c, const double *restrict a, const double *restrict b) {
@@ -65,10 +48,8 @@ static long parse_pos(const char *s, const char *what) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &me);
-  FH(fh_init(MPI_COMM_WORLD, NULL, &ctx));
-  int nranks = fh_size(ctx);
+  int nranks;
+  ctx = example_init(&argc, &argv, &me, &nranks);
   size_t n = argc > 1 ? (size_t)parse_pos(argv[1], "n") : 64;
   long reps = argc > 2 ? parse_pos(argv[2], "reps") : 400;
   if (n > 2048) {
@@ -85,7 +66,7 @@ int main(int argc, char **argv) {
 
   /* Receive buffers: plain malloc, never registered. abuf/bbuf hold two blocks each. */
   double *abuf = malloc(2 * bytes), *bbuf = malloc(2 * bytes), *cblk = malloc(bytes);
-  if (!abuf || !bbuf || !cblk) DIE("malloc");
+  if (!abuf || !bbuf || !cblk) FAIL("malloc");
   uint64_t mine[2] = {(uint64_t)(uintptr_t)abuf, (uint64_t)(uintptr_t)bbuf};
   uint64_t *all = malloc(sizeof(uint64_t) * 2 * (size_t)nranks);
   MPI_Allgather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, MPI_COMM_WORLD);
@@ -103,7 +84,7 @@ int main(int argc, char **argv) {
   }
   const double S1 = N * (N - 1) / 2, S2 = (N - 1) * N * (2 * N - 1) / 6;
 
-  FH(fh_barrier(ctx));
+  CHECK(fh_barrier(ctx));
   double t0 = MPI_Wtime();
   int cur = 0;
   for (long rep = 0; rep < reps; rep++) {
@@ -112,10 +93,10 @@ int main(int argc, char **argv) {
       int nxt = cur ^ 1;
       if (active) {
         block_mul(n, cblk, abuf + (size_t)cur * nn, bbuf + (size_t)cur * nn);
-        FH(fh_put(ctx, left, left_a + (size_t)nxt * nn, abuf + (size_t)cur * nn, bytes));
-        FH(fh_put(ctx, up, up_b + (size_t)nxt * nn, bbuf + (size_t)cur * nn, bytes));
+        CHECK(fh_put(ctx, left, left_a + (size_t)nxt * nn, abuf + (size_t)cur * nn, bytes));
+        CHECK(fh_put(ctx, up, up_b + (size_t)nxt * nn, bbuf + (size_t)cur * nn, bytes));
       }
-      FH(fh_barrier(ctx)); /* every block arrived; everyone done reading `cur` */
+      CHECK(fh_barrier(ctx)); /* every block arrived; everyone done reading `cur` */
       cur = nxt;
     }
     if (active)
@@ -124,7 +105,7 @@ int main(int argc, char **argv) {
           double I = (double)((size_t)r * n + i), J = (double)((size_t)c * n + j);
           double want = I * S1 - I * J * N + 2 * S2 - 2 * J * S1;
           if (cblk[i * n + j] != want)
-            DIE("multiplication %ld: C[%.0f][%.0f] = %.17g, expected %.17g", rep, I, J, cblk[i * n + j], want);
+            FAIL("multiplication %ld: C[%.0f][%.0f] = %.17g, expected %.17g", rep, I, J, cblk[i * n + j], want);
         }
   }
   double el = MPI_Wtime() - t0, tmax = 0;
@@ -132,11 +113,11 @@ int main(int argc, char **argv) {
   fh_stats_t st;
   memset(&st, 0, sizeof st);
   st.struct_size = sizeof st;
-  FH(fh_stats_get(ctx, &st));
+  CHECK(fh_stats_get(ctx, &st));
   uint64_t loc[3] = {st.hits, st.misses, st.puts}, tot[3] = {0, 0, 0};
   MPI_Reduce(loc, tot, 3, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
   MPI_Reduce(&el, &tmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-  FH(fh_finalize(ctx));
+  CHECK(fh_finalize(ctx));
   if (me == 0) {
     char rate[32] = "n/a";
     if (tot[0] + tot[1]) snprintf(rate, sizeof rate, "%.3f %%", 100.0 * (double)tot[0] / (double)(tot[0] + tot[1]));

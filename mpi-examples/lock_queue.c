@@ -30,28 +30,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include "firehose.h"
+#include "example.h" /* CHECK, FAIL, example_init, example_finalize */
 
 #define CAP 16
-
-#define CHECK(call)                                                            \
-  do {                                                                         \
-    int rc_ = (call);                                                          \
-    if (rc_ != FH_OK) {                                                        \
-      char m_[256];                                                            \
-      fh_last_error(m_, sizeof m_);                                            \
-      fprintf(stderr, "%s failed: %s (%s)\n", #call, fh_strerror(rc_), m_);    \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                            \
-    }                                                                          \
-  } while (0)
-
-#define FAIL(...)                                                              \
-  do {                                                                         \
-    fprintf(stderr, "rank %d: ", rank);                                        \
-    fprintf(stderr, __VA_ARGS__);                                              \
-    fprintf(stderr, "\n");                                                     \
-    MPI_Abort(MPI_COMM_WORLD, 1);                                              \
-  } while (0)
 
 struct queue {
   uint64_t head, tail;    /* items dequeued / enqueued so far */
@@ -60,14 +41,10 @@ struct queue {
 
 int main(int argc, char **argv) {
   int rank, size;
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  fh_ctx_t *ctx = example_init(&argc, &argv, &rank, &size);
   long nper = argc > 1 ? atol(argv[1]) : 2000;
   if (size < 2) FAIL("run with at least 2 ranks (producers and consumers)");
   if (nper < 1 || nper > 1000000) FAIL("NPER must be 1 .. 1000000");
-  fh_ctx_t *ctx;
-  CHECK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
 
   const int home = size - 1;
   const int nprod = (size + 1) / 2, ncons = size / 2;
@@ -207,7 +184,6 @@ int main(int argc, char **argv) {
   CHECK(fh_barrier(ctx));
   CHECK(fh_lock_destroy(lock));
   if (rank == home) fh_free(ctx, q);
-  CHECK(fh_finalize(ctx));
-  MPI_Finalize();
+  example_finalize(ctx);
   return 0;
 }

@@ -15,35 +15,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "firehose.h"
+#include "example.h" /* CHECK, example_init, example_finalize */
 
 #define PIPE_WIDTH (64 * 1024)
 #define SEND_VAL 42
 #define BURST 1000
 
-#define CHECK(call)                                                            \
-  do {                                                                         \
-    int rc_ = (call);                                                          \
-    if (rc_ != FH_OK) {                                                        \
-      char m_[256];                                                            \
-      fh_last_error(m_, sizeof m_);                                            \
-      fprintf(stderr, "%s failed: %s (%s)\n", #call, fh_strerror(rc_), m_);    \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                            \
-    }                                                                          \
-  } while (0)
-
 int main(int argc, char **argv) {
   int rank, size;
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  fh_ctx_t *ctx;
-  CHECK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
+  fh_ctx_t *ctx = example_init(&argc, &argv, &rank, &size);
   int iswriter = rank % 2 == 0;
   int peer = iswriter ? rank + 1 : rank - 1;
   if (peer >= size) { /* odd rank count: the last rank sits out */
-    CHECK(fh_finalize(ctx));
-    MPI_Finalize();
+    example_finalize(ctx);
     return 0;
   }
 
@@ -104,7 +88,6 @@ int main(int argc, char **argv) {
     printf("rank %d: read %llu messages in order, every byte checked\n", rank,
            (unsigned long long)st.messages_read);
   CHECK(rpipe_close(rp));
-  CHECK(fh_finalize(ctx));
-  MPI_Finalize();
+  example_finalize(ctx);
   return 0;
 }

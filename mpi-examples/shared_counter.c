@@ -24,26 +24,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include "firehose.h"
-
-#define CHECK(call)                                                            \
-  do {                                                                         \
-    int rc_ = (call);                                                          \
-    if (rc_ != FH_OK) {                                                        \
-      char m_[256];                                                            \
-      fh_last_error(m_, sizeof m_);                                            \
-      fprintf(stderr, "%s failed: %s (%s)\n", #call, fh_strerror(rc_), m_);    \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                            \
-    }                                                                          \
-  } while (0)
-
-#define FAIL(...)                                                              \
-  do {                                                                         \
-    fprintf(stderr, "rank %d: ", rank);                                        \
-    fprintf(stderr, __VA_ARGS__);                                              \
-    fprintf(stderr, "\n");                                                     \
-    MPI_Abort(MPI_COMM_WORLD, 1);                                              \
-  } while (0)
+#include "example.h" /* CHECK, FAIL, example_init, example_finalize */
 
 /* Work item t: an LCG walk of 0 .. 4095 steps (item-dependent); a 20-bit result. */
 static uint64_t work(uint64_t t) {
@@ -54,13 +35,9 @@ static uint64_t work(uint64_t t) {
 
 int main(int argc, char **argv) {
   int rank, size;
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  fh_ctx_t *ctx = example_init(&argc, &argv, &rank, &size);
   uint64_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : 100000;
   if (n == 0 || n > 100000000) FAIL("N must be 1 .. 100000000");
-  fh_ctx_t *ctx;
-  CHECK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
 
   /* The counter at rank 0; its address goes to everybody by fh_broadcast. */
   uint64_t *counter = NULL;
@@ -136,7 +113,6 @@ int main(int argc, char **argv) {
   free(total);
   CHECK(fh_barrier(ctx));
   if (rank == 0) fh_free(ctx, counter);
-  CHECK(fh_finalize(ctx));
-  MPI_Finalize();
+  example_finalize(ctx);
   return 0;
 }

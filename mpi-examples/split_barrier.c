@@ -34,26 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-#include "firehose.h"
-
-#define CHECK(call)                                                            \
-  do {                                                                         \
-    int rc_ = (call);                                                          \
-    if (rc_ != FH_OK) {                                                        \
-      char m_[256];                                                            \
-      fh_last_error(m_, sizeof m_);                                            \
-      fprintf(stderr, "%s failed: %s (%s)\n", #call, fh_strerror(rc_), m_);    \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                            \
-    }                                                                          \
-  } while (0)
-
-#define FAIL(...)                                                              \
-  do {                                                                         \
-    fprintf(stderr, "rank %d: ", rank);                                        \
-    fprintf(stderr, __VA_ARGS__);                                              \
-    fprintf(stderr, "\n");                                                     \
-    MPI_Abort(MPI_COMM_WORLD, 1);                                              \
-  } while (0)
+#include "example.h" /* CHECK, FAIL, example_init, example_finalize */
 
 enum { PLAIN, SPLIT, TRY, NMODES };
 static const char *mode_name[NMODES] = {"fh_barrier, then work       ",
@@ -95,16 +76,13 @@ static void check_arrivals(const char *how) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  ctx = example_init(&argc, &argv, &rank, &size);
   double late_ms = argc > 1 ? atof(argv[1]) : 20.0;
   double work_ms = argc > 2 ? atof(argv[2]) : 15.0;
   int neps = argc > 3 ? atoi(argv[3]) : 10;
   if (size < 2) FAIL("run with at least 2 ranks");
   if (late_ms < 0 || late_ms > 10000 || work_ms <= 0 || work_ms > 10000 || neps < 1 || neps > 10000)
     FAIL("usage: split_barrier [LATE_ms (0..10000) [WORK_ms (>0..10000) [EPISODES (1..10000)]]]");
-  CHECK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
   late = rank == size - 1;
 
   if (rank == 0) {
@@ -180,7 +158,6 @@ int main(int argc, char **argv) {
   }
   CHECK(fh_barrier(ctx));
   if (rank == 0) fh_free(ctx, arrivals);
-  CHECK(fh_finalize(ctx));
-  MPI_Finalize();
+  example_finalize(ctx);
   return 0;
 }
