@@ -17,14 +17,18 @@
 //!   explicit pins, counters).
 //! - [`wire`]: the move protocol's messages (`MoveRequest`, `MoveAnswer`), encoded
 //!   and decoded with every inconsistency refused.
+//! - [`protocol`]: the move protocol's handlers, the target's (validate, release,
+//!   pin, carry, answer) and the initiator's (enter the answer), against
+//!   [`protocol::MoveHost`], what a context provides.
 //! - [`settings`]: Firehose's own variables (`FH_FIREHOSE_*`, `FH_REGISTRATION`).
 //!
-//! The move protocol's handlers and the initiator's waits run one layer up in
-//! `api::moves` (`initiator.rs`, `target.rs`), against the context; everything here
-//! is pure data structure, tested against models.
+//! The initiator's side that sends moves and waits for them runs one layer up in
+//! `api::moves` (`initiator.rs`), against the context, as does the explicit pin API;
+//! the tables here are pure data structures, tested against models.
 
 pub mod local;
 pub mod params;
+pub mod protocol;
 pub mod registry;
 pub mod remote;
 pub mod settings;

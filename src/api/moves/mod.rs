@@ -20,9 +20,10 @@
 //! Handler context: the move and answer handlers never wait; the local table is
 //! locked for a bounded time (no polling under any table lock).
 //!
-//! Files: `initiator.rs` (acquiring firehoses for an RMA: plan, PENDING waits, the
-//! move request and its answer), `target.rs` (the `H_FH_MOVE` handler: validate,
-//! release, pin, carry, answer), `pinner.rs` (mlock + conduit registration for the
+//! Files: `initiator.rs` (acquiring firehoses for an RMA: plan, PENDING waits,
+//! sending the move request and waiting for its answer), `target.rs` (the AM entry
+//! points of the protocol's handlers, which are Firehose's own:
+//! `firehose::protocol`, and the context as their `MoveHost`), `pinner.rs` (mlock + conduit registration for the
 //! tables), `pins.rs` (the explicit pin API), `stats.rs` (counters). This file: the
 //! subsystem registration, the tables' accessors, invalidation and shutdown.
 
@@ -42,7 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 pub use crate::firehose::state::*;
-use crate::firehose::wire::{Carried, Granted, MoveAnswer, MoveRequest};
+use crate::firehose::wire::{Carried, MoveRequest};
 
 mod initiator;
 mod pinner;
@@ -50,12 +51,12 @@ mod pins;
 mod stats;
 mod target;
 
-use initiator::{fh_any_read_only, handle_answer};
+use initiator::fh_any_read_only;
 pub use initiator::{Carry, Grant};
 pub use pinner::CtxPinner;
 pub use pins::PinHow;
 pub use stats::FhSnapshot;
-use target::handle_move;
+use target::{handle_answer, handle_move};
 
 /// Target side of a move: args [id, nrel, npins, op_addr, op_len, op_kind]; payload:
 /// nrel u64 releases, npins (a, b) pairs, then for a carried put its op_len bytes.

@@ -1,0 +1,553 @@
+//! The move protocol's two handlers (seed 000 §3.1, Fig. 2), written against
+//! [`MoveHost`], what a context provides: the tables, the registered regions, the
+//! invalidation record, counters and a [`Pinner`]. The messages are [`super::wire`]'s;
+//! the context registers these handlers for its AM ids and sends the requests
+//! (`api::moves`).
+//!
+//! Guarantees (target, [`process_move`]): every piece is validated (one granule,
+//! mapped as the access needs, outside the library heap and registered regions)
+//! before it is pinned; a carried put is written through the kernel, so unwritable
+//! memory is an `FH_ERR_ACCESS` answer, never a fault; a frame that does not decode
+//! is refused, never dropped (the mover waits for an answer); the handler never
+//! waits: a move meeting a unit a local thread is pinning is parked for the host to
+//! replay.
+//!
+//! Guarantees (initiator, [`process_answer`]): an answer nobody waits for is
+//! ignored; units granted before an invalidation this rank already obeyed are not
+//! entered (the waiting request moves again); a carried get's bytes are copied only
+//! when the answer carries exactly the bytes asked for.
+
+use super::local::{LocalTable, Pinner};
+use super::registry::{LocalRegions, RemoteCache};
+use super::state::{why_code, FhState, Invalidations, ParkedMove};
+use super::wire::{Carried, Granted, MoveAnswer, MoveRequest};
+use crate::runtime::error::Status;
+use crate::runtime::os;
+use std::sync::atomic::AtomicU64;
+
+/// What the move protocol's handlers need from the context they run in.
+pub trait MoveHost {
+    /// This rank (for diagnostics).
+    fn rank(&self) -> usize;
+    /// The context's Firehose state: tables, moves in flight, parked moves, counters.
+    fn fh(&self) -> &FhState;
+    /// Regions this rank registered explicitly (they answer as prepinned).
+    fn regions(&self) -> &LocalRegions;
+    /// Peers' registered regions this rank learned of.
+    fn remote_regions(&self) -> &RemoteCache;
+    /// Invalidations of peers' memory this rank has obeyed.
+    fn invalidations_seen(&self) -> &Invalidations;
+    /// Invalidations this rank has carried out (what an answer made now reflects).
+    fn invalidation_epoch(&self) -> u64;
+    /// Add to a statistics counter.
+    fn count(&self, c: &AtomicU64, n: u64);
+    /// Count an access refused for the memory's protection.
+    fn access_refused(&self);
+    /// Largest payload an answer may carry.
+    fn max_answer(&self) -> usize;
+    /// Pins for the local table: mlock + transport registration. `maps`: the
+    /// mappings read once for a move's pieces (None: read per unit).
+    fn pinner<'a>(&'a self, maps: Option<&'a os::Maps>) -> Box<dyn Pinner + 'a>;
+}
+
+/// The target's handler of one move request; answers through `reply`. False: parked
+/// (nothing was done yet; the host runs it again once the pinning thread is done).
+/// A frame that is not a move request is answered with `FH_ERR_INVALID_ARG` (the
+/// mover waits for an answer, so it is never dropped).
+pub fn process_move(
+    host: &dyn MoveHost,
+    src: usize,
+    args: &[u64],
+    body: &[u8],
+    reply: &dyn Fn(&[u64], &[u8]),
+) -> bool {
+    let Some(req) = MoveRequest::decode(args, body) else {
+        if let Some(&id) = args.first() {
+            let (a, p) = refusal(id, Status::InvalidArg, 0, 0).encode();
+            reply(&a, &p);
+        }
+        return true;
+    };
+    let fh = host.fh();
+    // Puts and atomics need writable memory, gets readable: checked against the
+    // mappings as they are now, for every piece and for a carried transfer.
+    let need = if req.write {
+        os::Need::ReadWrite
+    } else {
+        os::Need::Read
+    };
+    let maps = os::Maps::read();
+    // The invalidations this answer already reflects (see `Invalidations`).
+    let epoch = host.invalidation_epoch();
+    let granted = {
+        let mut l = fh.local.lock();
+        if req.pins.iter().any(|&(a, b)| b > a && l.any_pinning(a, b)) {
+            // A piece meets a unit a local thread is pinning: park the move (handlers
+            // never wait). Parked under the table lock, so the pinning thread, which
+            // finishes under it too, sees it when it drains the queue after its pin.
+            fh.parked.lock().push(ParkedMove {
+                src,
+                args: args.to_vec(),
+                payload: body.to_vec(),
+            });
+            return false;
+        }
+        host.count(&fh.stats.moves_handled, 1);
+        for &r in &req.releases {
+            if !l.remote_release(src, r) {
+                host.count(&fh.stats.bad_releases, 1);
+            }
+        }
+        grant_pieces(host, &mut l, src, &req, &maps, need)
+    };
+    debug_over_f(host, src, req.id);
+    let mut ans = match granted {
+        Ok(granted) => MoveAnswer {
+            id: req.id,
+            status: Status::Ok.code(),
+            why: 0,
+            granted,
+            carried_done: false,
+            epoch,
+            get_data: &[],
+        },
+        Err((st, why)) => refusal(req.id, st, why, epoch),
+    };
+    let mut get_buf = Vec::new();
+    if ans.status == Status::Ok.code() {
+        carry_out(host, &req, &maps, &mut ans, &mut get_buf);
+    }
+    ans.get_data = &get_buf;
+    if ans.status == Status::Access.code() {
+        host.access_refused();
+    }
+    let (a, p) = ans.encode();
+    reply(&a, &p);
+    // Unpin what the releases left beyond the victim FIFO's limit only now, after
+    // answering: the requester does not wait for it.
+    fh.local.lock().trim(&mut *host.pinner(None));
+    true
+}
+
+/// Why a move was refused: its status and, with `FH_ERR_ACCESS`, an index into
+/// [`WHY`].
+type Refused = (Status, u8);
+
+/// An answer that grants nothing.
+fn refusal(id: u64, st: Status, why: u8, epoch: u64) -> MoveAnswer<'static> {
+    MoveAnswer {
+        id,
+        status: st.code(),
+        why,
+        granted: Vec::new(),
+        carried_done: false,
+        epoch,
+        get_data: &[],
+    }
+}
+
+/// Reference, pinning where needed, the units covering every piece of `req` on
+/// behalf of `src` (registered regions answer as prepinned). Err: the status and,
+/// with `FH_ERR_ACCESS`, why (an index into [`WHY`]).
+fn grant_pieces(
+    host: &dyn MoveHost,
+    l: &mut LocalTable,
+    src: usize,
+    req: &MoveRequest<'_>,
+    maps: &os::Maps,
+    need: os::Need,
+) -> std::result::Result<Vec<(Granted, usize, usize)>, Refused> {
+    let fh = host.fh();
+    let unit = fh.params.unit_bytes;
+    let mut pinner = host.pinner(Some(maps));
+    let mut out = Vec::new();
+    for &(pa, pb) in &req.pins {
+        let (glo, ghi) = fh.params.granule(pa);
+        if pa == 0 || pb <= pa || pb - pa > unit || pa < glo || pb > ghi {
+            return Err((Status::InvalidArg, 0));
+        }
+        if !maps.allows(pa, pb - pa, need) {
+            return Err((
+                Status::Access,
+                why_code(maps.why_not(pa, pb - pa, need)) as u8,
+            ));
+        }
+        let mut cur = pa;
+        while cur < pb {
+            if let Some((s, e)) = host.regions().lookup(cur, 1, Some(src)) {
+                out.push((Granted::Region, s, e));
+                cur = e.min(pb);
+                continue;
+            }
+            let stop = host.regions().next_start(cur, pb);
+            match l.remote_acquire(src, cur, stop, req.write, &mut *pinner) {
+                Ok(units) => out.extend(units.into_iter().map(|(s, e, ro)| {
+                    let g = if ro {
+                        Granted::UnitReadOnly
+                    } else {
+                        Granted::Unit
+                    };
+                    (g, s, e)
+                })),
+                Err(e) if e.status == Status::Access => {
+                    // Mapped as needed, yet refused: a unit pinned read-only, or
+                    // memory the library uses.
+                    let why = match maps.why_not(cur, stop - cur, need) {
+                        Some(w) => why_code(Some(w)),
+                        None if req.write => why_code(Some("read-only")),
+                        None => 7,
+                    };
+                    return Err((Status::Access, why as u8));
+                }
+                Err(e) => return Err((e.status, 0)),
+            }
+            cur = stop;
+        }
+    }
+    Ok(out)
+}
+
+/// The transfer a granted move carries: write a carried put (checked against the
+/// mappings), or read a carried get through the kernel into `get_buf`.
+fn carry_out(
+    host: &dyn MoveHost,
+    req: &MoveRequest<'_>,
+    maps: &os::Maps,
+    ans: &mut MoveAnswer<'_>,
+    get_buf: &mut Vec<u8>,
+) {
+    match req.carried {
+        Carried::None => {}
+        Carried::Put { addr, len } => {
+            let covered = addr != 0
+                && addr.checked_add(len).is_some()
+                && maps.allows(addr, len, os::Need::ReadWrite);
+            if !covered {
+                ans.status = Status::Access.code();
+                ans.why = why_code(maps.why_not(addr, len, os::Need::ReadWrite)) as u8;
+                return;
+            }
+            match os::write_checked(addr, req.put_data) {
+                Ok(()) => ans.carried_done = true,
+                Err(e) => ans.status = e.status.code(),
+            }
+        }
+        Carried::Get { addr, len } => {
+            if len > carried_get_cap(host) || 24 * ans.granted.len() + len > host.max_answer() {
+                return;
+            }
+            // Read through the kernel (never faults); answer with the bytes.
+            get_buf.resize(len, 0);
+            match os::copy_checked(get_buf.as_mut_ptr() as usize, addr, len) {
+                Ok(()) => ans.carried_done = true,
+                Err(_) => get_buf.clear(),
+            }
+        }
+    }
+}
+
+/// `FH_DEBUG_TABLES`: say when a peer holds more firehoses here than f.
+fn debug_over_f(host: &dyn MoveHost, src: usize, id: u64) {
+    if !crate::runtime::config::debug_tables() {
+        return;
+    }
+    let l = host.fh().local.lock();
+    let held: Vec<usize> = l
+        .units()
+        .filter(|(_, u)| u.holder_ranks().contains(&src))
+        .map(|(s, _)| s)
+        .collect();
+    if held.len() > host.fh().params.f {
+        eprintln!(
+            "[{}] OVER-F peer {} holds {:x?} after move {}",
+            host.rank(),
+            src,
+            held,
+            id
+        );
+    }
+}
+
+/// Largest carried get a target answers (it must fit the answer frame).
+pub fn carried_get_cap(host: &dyn MoveHost) -> usize {
+    host.fh().params.putinmove.min(host.max_answer() / 2)
+}
+
+/// The initiator's handler of a move answer from `src`: enter what was granted into
+/// the peer's table and wake the mover. An answer nobody waits for is ignored; one
+/// that does not decode fails the move with `FH_ERR_INTERNAL`.
+pub fn process_answer(host: &dyn MoveHost, src: usize, args: &[u64], payload: &[u8]) {
+    let fh = host.fh();
+    let Some(id) = MoveAnswer::id_of(args) else {
+        return;
+    };
+    if !fh.moves.lock().contains_key(&id) {
+        return; // not ours (or a duplicate): ignore
+    }
+    let Some(ans) = MoveAnswer::decode(args, payload) else {
+        fh.get_dst.lock().remove(&id);
+        fh.peers[src].lock().abort_move(id);
+        fh.moves
+            .lock()
+            .insert(id, Some((Status::Internal.code(), false, 0)));
+        return;
+    };
+    let mut units = Vec::new();
+    let mut read_only = Vec::new();
+    for &(g, s, e) in &ans.granted {
+        if e <= s || host.invalidations_seen().stale(src, ans.epoch, s, e) {
+            // Made before an invalidation of this range that we already obeyed: the
+            // target no longer counts us as a holder there. The waiting request
+            // moves again.
+            continue;
+        }
+        match g {
+            Granted::Unit => units.push((s, e, false)),
+            Granted::UnitReadOnly => {
+                units.push((s, e, false));
+                read_only.push((s, e));
+            }
+            Granted::Region => {
+                host.remote_regions().insert(src, s, e);
+                units.push((s, e, true));
+            }
+        }
+    }
+    {
+        let mut t = fh.peers[src].lock();
+        t.complete_move(id, &units);
+        for (s, e) in read_only {
+            t.mark_read_only(s, e);
+        }
+    }
+    let mut done = ans.carried_done;
+    if let Some((dst, len)) = fh.get_dst.lock().remove(&id) {
+        if done && ans.get_data.len() == len {
+            // SAFETY: `dst` is the destination of the get that sent this move, valid
+            // for `len` bytes until that get completes (it is waiting for this).
+            unsafe { std::ptr::copy_nonoverlapping(ans.get_data.as_ptr(), dst as *mut u8, len) };
+        } else {
+            done = false;
+        }
+    }
+    // Only a move someone still waits for (an abandoned one left no slot).
+    if let Some(slot) = fh.moves.lock().get_mut(&id) {
+        *slot = Some((ans.status, done, ans.why));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The handlers against a fake host, on real pages: one writable, one
+    //! read-only, one without access.
+    use super::*;
+    use crate::firehose::params::Params;
+    use crate::firehose::settings::{FhMode, FirehoseSettings};
+    use crate::runtime::config::Group;
+    use crate::runtime::error::Result;
+    use std::cell::RefCell;
+
+    struct Host {
+        fh: FhState,
+        regions: LocalRegions,
+        remote: RemoteCache,
+        seen: Invalidations,
+        refused: std::cell::Cell<u64>,
+        pinned: RefCell<Vec<(usize, usize)>>,
+    }
+
+    struct FakePinner<'a>(&'a Host, Option<&'a os::Maps>);
+
+    impl Pinner for FakePinner<'_> {
+        fn pin(&mut self, s: usize, e: usize) -> Result<bool> {
+            self.0.pinned.borrow_mut().push((s, e));
+            Ok(false)
+        }
+        fn unpin(&mut self, s: usize, e: usize, _locked: bool) {
+            self.0.pinned.borrow_mut().retain(|&r| r != (s, e));
+        }
+        fn extent(&self, a: usize, b: usize, lo: usize, hi: usize) -> Option<(usize, usize, bool)> {
+            match self.1 {
+                Some(m) => m.extent(a, b - a, lo, hi),
+                None => os::Maps::read().extent(a, b - a, lo, hi),
+            }
+        }
+    }
+
+    impl MoveHost for Host {
+        fn rank(&self) -> usize {
+            0
+        }
+        fn fh(&self) -> &FhState {
+            &self.fh
+        }
+        fn regions(&self) -> &LocalRegions {
+            &self.regions
+        }
+        fn remote_regions(&self) -> &RemoteCache {
+            &self.remote
+        }
+        fn invalidations_seen(&self) -> &Invalidations {
+            &self.seen
+        }
+        fn invalidation_epoch(&self) -> u64 {
+            0
+        }
+        fn count(&self, c: &AtomicU64, n: u64) {
+            c.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        }
+        fn access_refused(&self) {
+            self.refused.set(self.refused.get() + 1);
+        }
+        fn max_answer(&self) -> usize {
+            64 << 10
+        }
+        fn pinner<'a>(&'a self, maps: Option<&'a os::Maps>) -> Box<dyn Pinner + 'a> {
+            Box::new(FakePinner(self, maps))
+        }
+    }
+
+    fn host() -> Host {
+        let mut s = FirehoseSettings::defaults();
+        s.mode = Some(FhMode::Page);
+        s.m = Some(64 * os::page_size());
+        let p = Params::derive(&s, 2, 1, FhMode::Page, None);
+        Host {
+            fh: FhState::new(p, 2, false),
+            regions: LocalRegions::new(2),
+            remote: RemoteCache::new(2),
+            seen: Invalidations::new(2),
+            refused: Default::default(),
+            pinned: Default::default(),
+        }
+    }
+
+    /// Three pages: writable, read-only, no access.
+    fn pages() -> usize {
+        let pg = os::page_size();
+        // SAFETY: a fresh anonymous mapping of three pages; mprotect on pages of it.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                3 * pg,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            let b = p as usize;
+            assert_eq!(libc::mprotect((b + pg) as *mut _, pg, libc::PROT_READ), 0);
+            assert_eq!(
+                libc::mprotect((b + 2 * pg) as *mut _, pg, libc::PROT_NONE),
+                0
+            );
+            b
+        }
+    }
+
+    /// Run one request through the target's handler; the decoded answer's
+    /// (status, granted units, carried_done).
+    fn ask(h: &Host, req: &MoveRequest<'_>) -> (i32, Vec<(Granted, usize, usize)>, bool) {
+        let (a, p) = req.encode();
+        let out = RefCell::new(None);
+        let parked = !process_move(h, 1, &a, &p, &|args, payload| {
+            let ans = MoveAnswer::decode(args, payload).expect("the answer decodes");
+            *out.borrow_mut() = Some((ans.status, ans.granted.clone(), ans.carried_done));
+        });
+        assert!(!parked, "nothing is being pinned locally");
+        out.into_inner().expect("every request is answered")
+    }
+
+    fn req(
+        pins: Vec<(usize, usize)>,
+        write: bool,
+        carried: Carried,
+        data: &[u8],
+    ) -> MoveRequest<'_> {
+        MoveRequest {
+            id: 7,
+            releases: vec![],
+            pins,
+            carried,
+            write,
+            put_data: data,
+        }
+    }
+
+    #[test]
+    fn target_grants_refuses_and_carries() {
+        let h = host();
+        let pg = os::page_size();
+        let b = pages();
+        // A writable page: granted and pinned, and a carried put is written.
+        let data = [0xabu8; 8];
+        let (st, granted, done) = ask(
+            &h,
+            &req(
+                vec![(b, b + pg)],
+                true,
+                Carried::Put {
+                    addr: b + 8,
+                    len: 8,
+                },
+                &data,
+            ),
+        );
+        assert_eq!((st, done), (Status::Ok.code(), true));
+        assert_eq!(granted, vec![(Granted::Unit, b, b + pg)]);
+        assert_eq!(h.pinned.borrow().as_slice(), &[(b, b + pg)]);
+        // SAFETY: b + 8 lies in the writable page mapped above, 8-byte aligned.
+        let written = unsafe { *((b + 8) as *const u64) };
+        assert_eq!(written, u64::from_le_bytes(data));
+        // The read-only page: a get is granted, a put refused for access.
+        let ro = b + pg;
+        let (st, granted, _) = ask(&h, &req(vec![(ro, ro + pg)], false, Carried::None, &[]));
+        assert_eq!(st, Status::Ok.code());
+        assert_eq!(granted.len(), 1);
+        let (st, granted, _) = ask(&h, &req(vec![(ro + 8, ro + 16)], true, Carried::None, &[]));
+        assert_eq!((st, granted.len()), (Status::Access.code(), 0));
+        // No access at all: refused, never pinned, counted.
+        let none = b + 2 * pg;
+        let (st, _, _) = ask(&h, &req(vec![(none, none + 8)], false, Carried::None, &[]));
+        assert_eq!(st, Status::Access.code());
+        assert!(h.pinned.borrow().iter().all(|&(s, _)| s != none));
+        assert_eq!(h.refused.get(), 2);
+        // A piece over two granules is malformed: FH_ERR_INVALID_ARG.
+        let (st, _, _) = ask(
+            &h,
+            &req(vec![(b + pg - 8, b + pg + 8)], false, Carried::None, &[]),
+        );
+        assert_eq!(st, Status::InvalidArg.code());
+        // SAFETY: unmapping the three pages mapped by `pages`.
+        unsafe { libc::munmap(b as *mut _, 3 * pg) };
+    }
+
+    #[test]
+    fn a_frame_that_does_not_decode_is_refused_not_dropped() {
+        let h = host();
+        let answered = RefCell::new(None);
+        process_move(&h, 1, &[42, 1 << 40], &[], &|args, payload| {
+            *answered.borrow_mut() = MoveAnswer::decode(args, payload).map(|a| (a.id, a.status));
+        });
+        assert_eq!(answered.into_inner(), Some((42, Status::InvalidArg.code())));
+    }
+
+    #[test]
+    fn an_answer_nobody_waits_for_is_ignored() {
+        let h = host();
+        let ans = MoveAnswer {
+            id: 99,
+            status: Status::Ok.code(),
+            why: 0,
+            granted: vec![(Granted::Unit, 4096, 8192)],
+            carried_done: false,
+            epoch: 0,
+            get_data: &[],
+        };
+        let (a, p) = ans.encode();
+        process_answer(&h, 1, &a, &p);
+        assert!(h.fh.moves.lock().is_empty());
+        assert_eq!(h.fh.peers[1].lock().used, 0);
+    }
+}
