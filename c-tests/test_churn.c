@@ -26,11 +26,7 @@ static int env_is(const char *name, const char *v) {
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank, n;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  fh_test_rank = rank;
-  fh_ctx_t *ctx;
-  CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
+  fh_ctx_t *ctx = fh_test_init(&rank, &n);
   int active = !(n % 2 == 1 && rank == n - 1);
   int owner = active && rank % 2 == 0, peer = active ? (rank ^ 1) : -1;
   int kernel_copy = !(env_is("FH_CMA", "0"));

@@ -40,10 +40,7 @@ static void next_works(const char *after) {
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &me);
-  MPI_Comm_size(MPI_COMM_WORLD, &np);
-  fh_test_rank = me;
-  CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
+  ctx = fh_test_init(&me, &np);
   int last = np - 1;
   double src[4] = {1, 2, 3, 4}, dst[4];
   next_works("start");

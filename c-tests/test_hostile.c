@@ -32,11 +32,7 @@ static void expect_access(int rc, const char *what, const char *kind, size_t n) 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank, n;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  fh_test_rank = rank;
-  fh_ctx_t *ctx;
-  CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));
+  fh_ctx_t *ctx = fh_test_init(&rank, &n);
   if (n < 2) {
     fh_finalize(ctx);
     MPI_Finalize();

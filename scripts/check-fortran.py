@@ -312,31 +312,13 @@ class Header:
                 i += 1
                 continue
             if t.text == "{":
+                j = self.skip_group(toks, i, "{", "}")
                 if self.is_function_head(cur):
-                    depth = 0
-                    while i < n:
-                        if toks[i].text == "{":
-                            depth += 1
-                        elif toks[i].text == "}":
-                            depth -= 1
-                            if depth == 0:
-                                break
-                        i += 1
                     yield cur, "funcdef"
                     cur = []
-                    i += 1
-                    continue
-                depth = 0
-                while i < n:
-                    cur.append(toks[i])
-                    if toks[i].text == "{":
-                        depth += 1
-                    elif toks[i].text == "}":
-                        depth -= 1
-                        if depth == 0:
-                            break
-                    i += 1
-                i += 1
+                else:
+                    cur.extend(toks[i:j])
+                i = j
                 continue
             if t.text == ";":
                 if cur:
@@ -363,16 +345,7 @@ class Header:
                 i = self.skip_parens(toks, i + 1)
                 continue
             if t.text == "[" and i + 1 < len(toks) and toks[i + 1].text == "[":
-                depth = 0     # [[attribute]]
-                while i < len(toks):
-                    if toks[i].text == "[":
-                        depth += 1
-                    elif toks[i].text == "]":
-                        depth -= 1
-                        if depth == 0:
-                            break
-                    i += 1
-                i += 1
+                i = self.skip_group(toks, i, "[", "]")     # [[attribute]]
                 continue
             out.append(t)
             i += 1
@@ -381,16 +354,21 @@ class Header:
     @staticmethod
     def skip_parens(toks, i):
         """Index after the parenthesised group starting at toks[i] == '('."""
+        return Header.skip_group(toks, i, "(", ")")
+
+    @staticmethod
+    def skip_group(toks, i, open_, close):
+        """Index after the group starting at toks[i] == open_, nested groups included."""
         depth = 0
         while i < len(toks):
-            if toks[i].text == "(":
+            if toks[i].text == open_:
                 depth += 1
-            elif toks[i].text == ")":
+            elif toks[i].text == close:
                 depth -= 1
                 if depth == 0:
                     return i + 1
             i += 1
-        raise CheckError("unbalanced parentheses")
+        raise CheckError("unbalanced %s%s" % (open_, close))
 
     @staticmethod
     def is_function_head(toks):

@@ -7,12 +7,14 @@
 //! is `FH_ERR_ACCESS`, never a fault and never a retry (Open MPI's one-sided path
 //! over the same copy retries an `EFAULT` for ever).
 
-use super::{shm::node_members, MpiConduit, WORDS};
+use super::{
+    shm::{all_on_node, node_members},
+    MpiConduit, WORDS,
+};
 use crate::bail;
 use crate::runtime::error::Result;
 use crate::runtime::os;
 use mpi::ffi;
-use std::os::raw::{c_int, c_void};
 
 /// Decide, together with the node, whether node peers reach each other with the
 /// kernel's single copy: every rank probes every node peer's heap (a known mapped
@@ -30,7 +32,7 @@ pub(super) fn single_copy_peers(
             "DISABLED (cannot tell which ranks share this node)".into(),
         );
     };
-    let mut ok_here: c_int = 1;
+    let mut ok_here = true;
     let mut why = String::new();
     for &r in members.iter().filter(|&&r| r != rank) {
         let (pid, heap) = (all[WORDS * r + 3] as i32, all[WORDS * r] as usize);
@@ -42,27 +44,16 @@ pub(super) fn single_copy_peers(
             &mut probe as *mut u64 as usize,
             8,
         ) {
-            ok_here = 0;
+            ok_here = false;
             why = format!("rank {} (pid {}) not reachable: {:?}", r, pid, e);
             break;
         }
     }
-    let mut ok_all: c_int = 0;
-    // SAFETY: one int in, one int out, on the node communicator we own.
-    let rc = unsafe {
-        ffi::PMPI_Allreduce(
-            &ok_here as *const c_int as *const c_void,
-            &mut ok_all as *mut c_int as *mut c_void,
-            1,
-            ffi::RSMPI_INT32_T,
-            ffi::RSMPI_MIN,
-            node,
-        )
-    };
+    let ok_all = all_on_node(node, ok_here);
     let mut node = node;
     // SAFETY: the communicator node_members made for us.
     unsafe { ffi::MPI_Comm_free(&mut node) };
-    if rc != ffi::MPI_SUCCESS as c_int || ok_all == 0 {
+    if !ok_all {
         let why = if why.is_empty() {
             "a node peer cannot reach its peers".into()
         } else {

@@ -127,15 +127,10 @@ impl NodeMapping {
     }
 }
 
-/// The ranks of `comm` that share this node (`MPI_COMM_TYPE_SHARED`), and the node
-/// communicator (the caller frees it).
-/// Shared segments live in a tmpfs (/dev/shm): one that is too small gives SIGBUS on
-/// first touch, not an error, so check the room first. Every rank of the node must
-/// make the same choice (the allocation is collective), hence the reduction on the
-/// node's communicator.
-fn room_on_node(node: ffi::MPI_Comm, need: u64) -> Result<()> {
-    let room = os::tmpfs_available("/dev/shm").unwrap_or(u64::MAX);
-    let ok_here: c_int = (room >= need) as c_int;
+/// Whether `ok_here` holds on every rank of `node` (collective over `node`, every
+/// rank of it calls; false when the reduction itself fails).
+pub(super) fn all_on_node(node: ffi::MPI_Comm, ok_here: bool) -> bool {
+    let ok_here = c_int::from(ok_here);
     let mut ok_all: c_int = 0;
     // SAFETY: one int in, one out, on the node's communicator (every node rank calls).
     let rc = unsafe {
@@ -148,7 +143,16 @@ fn room_on_node(node: ffi::MPI_Comm, need: u64) -> Result<()> {
             node,
         )
     };
-    if rc != ffi::MPI_SUCCESS as c_int || ok_all == 0 {
+    rc == ffi::MPI_SUCCESS as c_int && ok_all != 0
+}
+
+/// Shared segments live in a tmpfs (/dev/shm): one that is too small gives SIGBUS on
+/// first touch, not an error, so check the room first. Every rank of the node must
+/// make the same choice (the allocation is collective), hence the reduction on the
+/// node's communicator.
+fn room_on_node(node: ffi::MPI_Comm, need: u64) -> Result<()> {
+    let room = os::tmpfs_available("/dev/shm").unwrap_or(u64::MAX);
+    if !all_on_node(node, room >= need) {
         bail!(
             NoMemory,
             "node-shared heaps need {} in /dev/shm, {} is free on some rank of this node: \
@@ -160,6 +164,8 @@ fn room_on_node(node: ffi::MPI_Comm, need: u64) -> Result<()> {
     Ok(())
 }
 
+/// The ranks of `comm` that share this node (`MPI_COMM_TYPE_SHARED`), and the node
+/// communicator (the caller frees it).
 pub(super) fn node_members(comm: ffi::MPI_Comm) -> Result<(ffi::MPI_Comm, Vec<usize>)> {
     // SAFETY: plain MPI calls with out-parameters on this frame; groups are freed.
     unsafe {
