@@ -79,7 +79,8 @@ pub struct CtxInner {
     pub regtab: super::regtab::table::RegTab,
     pub remote: RemoteCache,
     pub stats: Stats,
-    /// Firehose: tables, moves in flight, explicit pins (`api::moves`).
+    /// Firehose: tables, moves in flight, explicit pins (`firehose::state`; run by
+    /// `firehose::initiator` and `pins` with this context as host: `api::moves`).
     pub fh: FhState,
     /// rpipe handshakes and open pipes (`api::rpipe`).
     pub rpipe: super::rpipe::state::RpipeState,

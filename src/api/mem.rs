@@ -1,6 +1,6 @@
 //! Memory: `fh_malloc` heap, explicit registration, and the remote access check.
 //!
-//! Access to a peer's user memory goes through firehose (`api::moves`): the target is
+//! Access to a peer's user memory goes through Firehose (`firehose::initiator`): the target is
 //! the only authority. When a move asks for memory inside a region the target
 //! registered explicitly, the target answers with that region (it acts as prepinned),
 //! remembers the initiator as a holder, and the initiator caches it: later accesses

@@ -17,17 +17,28 @@
 //!   explicit pins, counters).
 //! - [`wire`]: the move protocol's messages (`MoveRequest`, `MoveAnswer`), encoded
 //!   and decoded with every inconsistency refused.
+//! - [`host`]: what Firehose needs from the context it runs in ([`host::MoveHost`]
+//!   for the handlers, [`host::Mover`] to send moves and wait): the API layer's
+//!   context implements both, and Firehose never names it.
 //! - [`protocol`]: the move protocol's handlers, the target's (validate, release,
-//!   pin, carry, answer) and the initiator's (enter the answer), against
-//!   [`protocol::MoveHost`], what a context provides.
+//!   pin, carry, answer) and the initiator's (enter the answer); parked moves.
+//! - [`initiator`]: the initiator's state machine — plan, wait for PENDING entries,
+//!   send the move, wait for the answer, roll back — for remote and local requests,
+//!   and the references operations hold until they complete.
+//! - [`pins`]: the explicit pin API (§3.3) and non-blocking acquisition.
 //! - [`settings`]: Firehose's own variables (`FH_FIREHOSE_*`, `FH_REGISTRATION`).
 //!
-//! The initiator's side that sends moves and waits for them runs one layer up in
-//! `api::moves` (`initiator.rs`), against the context, as does the explicit pin API;
-//! the tables here are pure data structures, tested against models.
+//! The tables are pure data structures, tested against models; the protocol is
+//! tested against a fake host. The API layer (`api::moves`) keeps only the glue:
+//! the AM entry points, pinning through the conduit, invalidation, counters.
 
+#[cfg(test)]
+mod fake;
+pub mod host;
+pub mod initiator;
 pub mod local;
 pub mod params;
+pub mod pins;
 pub mod protocol;
 pub mod registry;
 pub mod remote;

@@ -1,54 +1,28 @@
 //! The move protocol's two handlers (seed 000 §3.1, Fig. 2), written against
 //! [`MoveHost`], what a context provides: the tables, the registered regions, the
-//! invalidation record, counters and a [`Pinner`]. The messages are [`super::wire`]'s;
-//! the context registers these handlers for its AM ids and sends the requests
-//! (`api::moves`).
+//! invalidation record, counters and a [`super::local::Pinner`]. The messages are
+//! [`super::wire`]'s; the context registers these handlers for its AM ids, and the
+//! initiator (`initiator`, `pins`) sends the requests.
 //!
 //! Guarantees (target, [`process_move`]): every piece is validated (one granule,
 //! mapped as the access needs, outside the library heap and registered regions)
 //! before it is pinned; a carried put is written through the kernel, so unwritable
 //! memory is an `FH_ERR_ACCESS` answer, never a fault; a frame that does not decode
 //! is refused, never dropped (the mover waits for an answer); the handler never
-//! waits: a move meeting a unit a local thread is pinning is parked for the host to
-//! replay.
+//! waits: a move meeting a unit a local thread is pinning is parked, and
+//! [`drain_parked`] runs it again once that pin is done.
 //!
 //! Guarantees (initiator, [`process_answer`]): an answer nobody waits for is
 //! ignored; units granted before an invalidation this rank already obeyed are not
 //! entered (the waiting request moves again); a carried get's bytes are copied only
 //! when the answer carries exactly the bytes asked for.
 
-use super::local::{LocalTable, Pinner};
-use super::registry::{LocalRegions, RemoteCache};
-use super::state::{why_code, FhState, Invalidations, ParkedMove};
+use super::host::{MoveHost, MoveMsg, Mover};
+use super::local::LocalTable;
+use super::state::{why_code, ParkedMove};
 use super::wire::{Carried, Granted, MoveAnswer, MoveRequest};
 use crate::runtime::error::Status;
 use crate::runtime::os;
-use std::sync::atomic::AtomicU64;
-
-/// What the move protocol's handlers need from the context they run in.
-pub trait MoveHost {
-    /// This rank (for diagnostics).
-    fn rank(&self) -> usize;
-    /// The context's Firehose state: tables, moves in flight, parked moves, counters.
-    fn fh(&self) -> &FhState;
-    /// Regions this rank registered explicitly (they answer as prepinned).
-    fn regions(&self) -> &LocalRegions;
-    /// Peers' registered regions this rank learned of.
-    fn remote_regions(&self) -> &RemoteCache;
-    /// Invalidations of peers' memory this rank has obeyed.
-    fn invalidations_seen(&self) -> &Invalidations;
-    /// Invalidations this rank has carried out (what an answer made now reflects).
-    fn invalidation_epoch(&self) -> u64;
-    /// Add to a statistics counter.
-    fn count(&self, c: &AtomicU64, n: u64);
-    /// Count an access refused for the memory's protection.
-    fn access_refused(&self);
-    /// Largest payload an answer may carry.
-    fn max_answer(&self) -> usize;
-    /// Pins for the local table: mlock + transport registration. `maps`: the
-    /// mappings read once for a move's pieces (None: read per unit).
-    fn pinner<'a>(&'a self, maps: Option<&'a os::Maps>) -> Box<dyn Pinner + 'a>;
-}
 
 /// The target's handler of one move request; answers through `reply`. False: parked
 /// (nothing was done yet; the host runs it again once the pinning thread is done).
@@ -273,6 +247,19 @@ pub fn carried_get_cap(host: &dyn MoveHost) -> usize {
     host.fh().params.putinmove.min(host.max_answer() / 2)
 }
 
+/// Run the move handlers parked because they met a unit being pinned, and answer
+/// them (by request: their handler returned long ago). A move still meeting a unit
+/// being pinned parks itself again.
+pub fn drain_parked<H: Mover>(h: &H) {
+    let list = std::mem::take(&mut *h.fh().parked.lock());
+    for pm in list {
+        let reply = |args: &[u64], payload: &[u8]| {
+            let _ = h.send(pm.src, MoveMsg::Answer, args, payload);
+        };
+        process_move(h, pm.src, &pm.args, &pm.payload, &reply);
+    }
+}
+
 /// The initiator's handler of a move answer from `src`: enter what was granted into
 /// the peer's table and wake the mover. An answer nobody waits for is ignored; one
 /// that does not decode fails the move with `FH_ERR_INTERNAL`.
@@ -341,110 +328,8 @@ mod tests {
     //! The handlers against a fake host, on real pages: one writable, one
     //! read-only, one without access.
     use super::*;
-    use crate::firehose::params::Params;
-    use crate::firehose::settings::{FhMode, FirehoseSettings};
-    use crate::runtime::config::Group;
-    use crate::runtime::error::Result;
+    use crate::firehose::fake::{host, pages, unmap, Host};
     use std::cell::RefCell;
-
-    struct Host {
-        fh: FhState,
-        regions: LocalRegions,
-        remote: RemoteCache,
-        seen: Invalidations,
-        refused: std::cell::Cell<u64>,
-        pinned: RefCell<Vec<(usize, usize)>>,
-    }
-
-    struct FakePinner<'a>(&'a Host, Option<&'a os::Maps>);
-
-    impl Pinner for FakePinner<'_> {
-        fn pin(&mut self, s: usize, e: usize) -> Result<bool> {
-            self.0.pinned.borrow_mut().push((s, e));
-            Ok(false)
-        }
-        fn unpin(&mut self, s: usize, e: usize, _locked: bool) {
-            self.0.pinned.borrow_mut().retain(|&r| r != (s, e));
-        }
-        fn extent(&self, a: usize, b: usize, lo: usize, hi: usize) -> Option<(usize, usize, bool)> {
-            match self.1 {
-                Some(m) => m.extent(a, b - a, lo, hi),
-                None => os::Maps::read().extent(a, b - a, lo, hi),
-            }
-        }
-    }
-
-    impl MoveHost for Host {
-        fn rank(&self) -> usize {
-            0
-        }
-        fn fh(&self) -> &FhState {
-            &self.fh
-        }
-        fn regions(&self) -> &LocalRegions {
-            &self.regions
-        }
-        fn remote_regions(&self) -> &RemoteCache {
-            &self.remote
-        }
-        fn invalidations_seen(&self) -> &Invalidations {
-            &self.seen
-        }
-        fn invalidation_epoch(&self) -> u64 {
-            0
-        }
-        fn count(&self, c: &AtomicU64, n: u64) {
-            c.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-        }
-        fn access_refused(&self) {
-            self.refused.set(self.refused.get() + 1);
-        }
-        fn max_answer(&self) -> usize {
-            64 << 10
-        }
-        fn pinner<'a>(&'a self, maps: Option<&'a os::Maps>) -> Box<dyn Pinner + 'a> {
-            Box::new(FakePinner(self, maps))
-        }
-    }
-
-    fn host() -> Host {
-        let mut s = FirehoseSettings::defaults();
-        s.mode = Some(FhMode::Page);
-        s.m = Some(64 * os::page_size());
-        let p = Params::derive(&s, 2, 1, FhMode::Page, None);
-        Host {
-            fh: FhState::new(p, 2, false),
-            regions: LocalRegions::new(2),
-            remote: RemoteCache::new(2),
-            seen: Invalidations::new(2),
-            refused: Default::default(),
-            pinned: Default::default(),
-        }
-    }
-
-    /// Three pages: writable, read-only, no access.
-    fn pages() -> usize {
-        let pg = os::page_size();
-        // SAFETY: a fresh anonymous mapping of three pages; mprotect on pages of it.
-        unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                3 * pg,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(p, libc::MAP_FAILED);
-            let b = p as usize;
-            assert_eq!(libc::mprotect((b + pg) as *mut _, pg, libc::PROT_READ), 0);
-            assert_eq!(
-                libc::mprotect((b + 2 * pg) as *mut _, pg, libc::PROT_NONE),
-                0
-            );
-            b
-        }
-    }
 
     /// Run one request through the target's handler; the decoded answer's
     /// (status, granted units, carried_done).
@@ -477,7 +362,7 @@ mod tests {
 
     #[test]
     fn target_grants_refuses_and_carries() {
-        let h = host();
+        let h = host(0);
         let pg = os::page_size();
         let b = pages();
         // A writable page: granted and pinned, and a carried put is written.
@@ -519,13 +404,12 @@ mod tests {
             &req(vec![(b + pg - 8, b + pg + 8)], false, Carried::None, &[]),
         );
         assert_eq!(st, Status::InvalidArg.code());
-        // SAFETY: unmapping the three pages mapped by `pages`.
-        unsafe { libc::munmap(b as *mut _, 3 * pg) };
+        unmap(b);
     }
 
     #[test]
     fn a_frame_that_does_not_decode_is_refused_not_dropped() {
-        let h = host();
+        let h = host(0);
         let answered = RefCell::new(None);
         process_move(&h, 1, &[42, 1 << 40], &[], &|args, payload| {
             *answered.borrow_mut() = MoveAnswer::decode(args, payload).map(|a| (a.id, a.status));
@@ -535,7 +419,7 @@ mod tests {
 
     #[test]
     fn an_answer_nobody_waits_for_is_ignored() {
-        let h = host();
+        let h = host(0);
         let ans = MoveAnswer {
             id: 99,
             status: Status::Ok.code(),

@@ -43,6 +43,12 @@ impl Strategy {
             Strategy::PinEverything => "pin-everything",
         }
     }
+
+    /// Does a hit need no message under this strategy?
+    #[inline]
+    pub fn hits_one_sided(self) -> bool {
+        matches!(self, Strategy::Firehose | Strategy::PinEverything)
+    }
 }
 
 /// Firehose's settings as resolved on this rank.

@@ -1,7 +1,7 @@
 //! Firehose's per-context state (seed 000 §3 and §4): the local and remote tables,
 //! the deadlock-avoidance gates, moves in flight, explicit pins, counters; and the
-//! move protocol's wire constants. Pure data: the protocol that drives it runs in the
-//! API layer (`api::moves`), against the context.
+//! move protocol's wire constants. Pure data: the protocol that drives it is
+//! `protocol`, `initiator` and `pins`.
 //!
 //! Invariants: an explicit pin's references are counted in `pin_refs` (per peer
 //! table, the local table last); `pin_refs_blocked[i] <= pin_refs[i]`.
@@ -201,6 +201,28 @@ pub struct PendingPin {
     /// An explicit pin (counted in `pin_refs`); false: the references of a
     /// non-blocking transfer, released when it completes.
     pub track: bool,
+}
+
+impl PendingPin {
+    pub fn new(
+        rank: usize,
+        addr: usize,
+        len: usize,
+        cb: Box<dyn FnOnce(Result<Box<PinObj>>) + Send>,
+        write: bool,
+        track: bool,
+    ) -> PendingPin {
+        PendingPin {
+            rank,
+            addr,
+            len,
+            waits: vec![],
+            own: None,
+            cb,
+            write,
+            track,
+        }
+    }
 }
 
 /// A move request waiting for a local pin to finish.

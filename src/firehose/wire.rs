@@ -164,7 +164,7 @@ pub struct MoveAnswer<'a> {
     pub id: u64,
     /// `FH_OK` or the status of the refusal.
     pub status: i32,
-    /// With `FH_ERR_ACCESS`: why the memory was refused (`api::moves::WHY`).
+    /// With `FH_ERR_ACCESS`: why the memory was refused (`state::WHY`).
     pub why: u8,
     pub granted: Vec<(Granted, usize, usize)>,
     /// A carried put was written, or a carried get's bytes are in `get_data`.

@@ -1,67 +1,49 @@
-//! Firehose inside a context: the move protocol (seed 000 §3.1, Fig. 2), the
-//! integration with put/get, the explicit pin API (§3.3) and invalidation.
+//! Firehose inside a context: the glue between the API objects and `firehose`.
 //!
-//! Protocol. A request for `[addr, addr+len)` on rank r consults r's remote firehose
-//! table ([`PeerTable::plan`]). A hit is fully one-sided. A miss reserves firehoses
-//! (placeholders in state PENDING) and sends one `H_FH_MOVE` request carrying the
-//! releases of replaced firehoses, the pieces to pin and, for a small put, the data
-//! itself (put-in-move). The target's handler releases, pins (mlock + conduit
-//! registration through [`LocalTable`]), writes a carried put, and answers with the
-//! units it pinned for us (plus any explicitly registered region the request fell in:
-//! those act as prepinned and cost no firehose). Requests touching only pending
-//! entries wait for the move in flight instead of sending another.
-//!
-//! Safety. The target validates everything: pieces must be inside one granule, mapped
-//! (`mincore`), outside the library heap; a carried put is written with
-//! `process_vm_writev` on itself, which fails with EFAULT on unwritable memory instead
-//! of faulting. A bad release is ignored and counted. Refusals travel back in the
-//! answer's status and become the initiator's `FH_ERR_*`.
+//! Firehose (seed 000 §3) owns its move protocol: the handlers
+//! (`firehose::protocol`), the initiator's state machine (`firehose::initiator`) and
+//! the explicit pin API (`firehose::pins`), all written against the traits of
+//! `firehose::host`. This module gives them the context:
+//! - `target.rs`: the AM entry points of the protocol's handlers, and the context
+//!   as their `MoveHost` and `Mover` (sending through the AM engine, waiting with
+//!   stall diagnosis, progress, completing RMA);
+//! - `pinner.rs`: pinning for the tables (mlock, then conduit registration);
+//! - `pins.rs`: the explicit pin API's argument checks and prepinned memory (heap,
+//!   registered regions), before Firehose pins;
+//! - `stats.rs`: `fh_stats_t`, Firehose's counters with the context's AM and RMA
+//!   ones;
+//! - this file: the subsystem registration (handlers, progress and shutdown
+//!   hooks), the RMA hit path's table access, long-AM destination checks,
+//!   invalidation.
 //!
 //! Handler context: the move and answer handlers never wait; the local table is
 //! locked for a bounded time (no polling under any table lock).
-//!
-//! Files: `initiator.rs` (acquiring firehoses for an RMA: plan, PENDING waits,
-//! sending the move request and waiting for its answer), `target.rs` (the AM entry
-//! points of the protocol's handlers, which are Firehose's own:
-//! `firehose::protocol`, and the context as their `MoveHost`), `pinner.rs` (mlock + conduit registration for the
-//! tables), `pins.rs` (the explicit pin API), `stats.rs` (counters). This file: the
-//! subsystem registration, the tables' accessors, invalidation and shutdown.
 
 use super::am::{self, LibHandler, Token};
 use super::ctx::CtxInner;
-use super::wire::{Category, Frame};
-use crate::firehose::local::{Held, LocalBegin, Pinner};
-use crate::firehose::remote::{Acq, PeerTable, Plan, Step};
-use crate::firehose::settings::Strategy;
-use crate::firehose::smp::{self, DaClient, DaTally, Round};
+use super::wire::Frame;
+use crate::bail;
+use crate::firehose::initiator::{self, Carry, Grant};
+use crate::firehose::local::Pinner;
+use crate::firehose::remote::PeerTable;
 use crate::runtime::config::Pin;
-use crate::runtime::error::{Error, Result, Status};
+use crate::runtime::error::Result;
 use crate::runtime::os;
-use crate::{bail, err};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 pub use crate::firehose::state::*;
-use crate::firehose::wire::{Carried, MoveRequest};
 
-mod initiator;
 mod pinner;
 mod pins;
 mod stats;
 mod target;
 
-use initiator::fh_any_read_only;
-pub use initiator::{Carry, Grant};
+pub use crate::firehose::pins::PinHow;
 pub use pinner::CtxPinner;
-pub use pins::PinHow;
 pub use stats::FhSnapshot;
 use target::{handle_answer, handle_move};
 
-/// Target side of a move: args [id, nrel, npins, op_addr, op_len, op_kind]; payload:
-/// nrel u64 releases, npins (a, b) pairs, then for a carried put its op_len bytes.
-/// Answer: args [id, status, n, done], payload: n (kind, start, end) triples, then for
-/// a carried get (done) its op_len bytes.
 /// Firehose: the move protocol's handlers, pins waiting for answers (progress), and
 /// unpinning everything at finalize.
 pub(crate) static SUBSYSTEM: super::ctx::Subsystem = super::ctx::Subsystem {
@@ -70,17 +52,13 @@ pub(crate) static SUBSYSTEM: super::ctx::Subsystem = super::ctx::Subsystem {
         (LibHandler::FhMove, handle_move),
         (LibHandler::FhAnswer, handle_answer),
     ],
-    progress: Some(CtxInner::fh_progress_pins),
+    progress: Some(crate::firehose::pins::progress::<CtxInner>),
     shutdown: Some(CtxInner::fh_shutdown),
 };
 
 impl CtxInner {
     pub fn fh(&self) -> &FhState {
         &self.fh
-    }
-
-    fn strategy(&self) -> Strategy {
-        self.fh.params.strategy
     }
 
     /// Run `f` on `rank`'s firehose table: locked when threads may race, else
@@ -101,36 +79,7 @@ impl CtxInner {
     /// Does a hit need no message under the registration strategy in use?
     #[inline]
     pub fn fh_hits_one_sided(&self) -> bool {
-        matches!(
-            self.fh.params.strategy,
-            Strategy::Firehose | Strategy::PinEverything
-        )
-    }
-
-    /// Largest part (bytes from `addr`) of a transfer one acquisition may cover:
-    /// at most f firehoses, and (conduits pinning the local side) at most the local
-    /// share for the local buffer at `local`.
-    pub fn fh_chunk(&self, addr: usize, len: usize, local: usize) -> usize {
-        let p = &self.fh.params;
-        // A move's request and answer must fit one medium frame.
-        let max_pieces =
-            p.f.min(MAX_PIECES_PER_MOVE)
-                .min(self.am_max_medium() / 96)
-                .max(1);
-        let mut c = if p.piece_count(addr, len) <= max_pieces {
-            len
-        } else {
-            let (lo, _) = p.granule(addr);
-            lo + max_pieces * p.unit_bytes - addr
-        };
-        if self.fh.local_side {
-            let lmax = p.victim_units.max(1);
-            while c > 1 && p.piece_count(local, c) > lmax {
-                let (lo, _) = p.granule(local + c - 1);
-                c = if lo > local { lo - local } else { c / 2 };
-            }
-        }
-        c.max(1)
+        self.fh.params.strategy.hits_one_sided()
     }
 
     /// Target side of a remote invalidation: the firehose half (the registered-region
@@ -215,9 +164,11 @@ impl CtxInner {
             return Ok(());
         }
         if rank != self.rank {
-            let c = self.fh_chunk(addr, len, addr);
-            if let Grant::Pins(p) = self.fh_acquire_remote(rank, addr, c, Carry::None, true)? {
-                self.fh_release_pins(p);
+            let c = initiator::chunk(self, addr, len, addr);
+            if let Grant::Pins(p) =
+                initiator::acquire_remote(self, rank, addr, c, Carry::None, true)?
+            {
+                initiator::release(self, p);
             }
             if self.plain_access(rank, addr, len).is_some() {
                 return Ok(());
@@ -233,8 +184,6 @@ impl CtxInner {
         )
     }
 
-    /// Is `[addr, addr+len)` fully covered by `rank`'s explicitly registered region
-    /// we know of?
     /// Every peer table's state (for debugging hangs in tests).
     pub fn fh_debug_dump(&self) -> String {
         let mut out = format!(

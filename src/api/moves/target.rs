@@ -1,10 +1,14 @@
-//! The move protocol's handlers, registered for the context: the AM entry points and
-//! [`MoveHost`] for the context. The handlers themselves are Firehose's
-//! (`firehose::protocol`): this file only hands them the context and a way to
-//! answer.
+//! The context as Firehose's host: the AM entry points of the move protocol's
+//! handlers, and [`MoveHost`] and [`Mover`] for the context. The protocol itself is
+//! Firehose's (`firehose::protocol`, `firehose::initiator`): this file only hands it
+//! the context — its AM engine to send and answer, its waits (with stall diagnosis),
+//! its progress and RMA completion.
 
 use super::*;
-use crate::firehose::protocol::{self, MoveHost};
+use crate::api::stall::Wait;
+use crate::api::wire::Category;
+use crate::firehose::host::{MoveHost, MoveMsg, Mover};
+use crate::firehose::protocol;
 use crate::firehose::registry::{LocalRegions, RemoteCache};
 
 impl MoveHost for CtxInner {
@@ -40,6 +44,56 @@ impl MoveHost for CtxInner {
     }
 }
 
+impl Mover for CtxInner {
+    fn owner(&self) -> usize {
+        self.id()
+    }
+    fn new_id(&self) -> u64 {
+        CtxInner::new_id(self)
+    }
+    fn send(&self, rank: usize, msg: MoveMsg, args: &[u64], payload: &[u8]) -> Result<()> {
+        let handler = match msg {
+            MoveMsg::Request => LibHandler::FhMove,
+            MoveMsg::Answer => LibHandler::FhAnswer,
+        };
+        self.am_request(rank, Category::Medium, handler as u8, args, payload, None)
+    }
+    fn wait_until(
+        &self,
+        call: &'static str,
+        peer: Option<usize>,
+        missing: &'static str,
+        done: &mut dyn FnMut() -> Result<bool>,
+    ) -> Result<()> {
+        self.wait_for(Wait::new(call, peer, missing), done)
+    }
+    fn progress(&self) -> Result<usize> {
+        self.progress_once()
+    }
+    fn idle(&self) {
+        self.conduit.idle()
+    }
+    fn complete_ops(&self, rank: Option<usize>) -> Result<()> {
+        match rank {
+            Some(r) => self.rma_flush_rank(r),
+            None => self.rma_flush_all(),
+        }
+    }
+    fn in_handler(&self) -> bool {
+        am::in_handler()
+    }
+    fn check_not_in_handler(&self, what: &str) -> Result<()> {
+        am::check_not_in_handler(what)
+    }
+    fn run_as_handler(&self, f: Box<dyn FnOnce() + '_>) {
+        am::run_as_handler(f)
+    }
+    #[inline]
+    fn count_hit(&self) {
+        self.count(&self.hot.shard().hits, 1)
+    }
+}
+
 /// `H_FH_MOVE`: a peer asks this rank to pin (and maybe carries a small transfer).
 pub(crate) fn handle_move(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     let reply = |args: &[u64], payload: &[u8]| {
@@ -58,26 +112,4 @@ pub(crate) fn handle_move(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
 /// `H_FH_ANSWER`: a peer answered one of this rank's moves.
 pub(crate) fn handle_answer(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     protocol::process_answer(ctx, tok.src, f.args(), f.payload);
-}
-
-impl CtxInner {
-    /// Run the moves handlers parked because they met a unit being pinned, and
-    /// answer them (by request: their handler returned long ago).
-    pub(super) fn fh_drain_parked(&self) {
-        let list = std::mem::take(&mut *self.fh.parked.lock());
-        for pm in list {
-            let reply = |args: &[u64], payload: &[u8]| {
-                let _ = self.am_request(
-                    pm.src,
-                    Category::Medium,
-                    LibHandler::FhAnswer as u8,
-                    args,
-                    payload,
-                    None,
-                );
-            };
-            // Parks itself again if the unit is still being pinned.
-            protocol::process_move(self, pm.src, &pm.args, &pm.payload, &reply);
-        }
-    }
 }

@@ -14,8 +14,9 @@ use handles::{DState, Deferred, DeferredRef, Dir, Op, Started};
 pub use handles::{Handle, RmaState, HANDLE_NULL, NBI_ALL, NBI_GETS, NBI_PUTS};
 
 use super::ctx::CtxInner;
-use super::moves::{Carry, Grant, OpPins};
+use super::moves::OpPins;
 use crate::bail;
+use crate::firehose::initiator::{self, Carry, Grant};
 use crate::runtime::error::Result;
 use crate::runtime::os;
 use parking_lot::Mutex;
@@ -32,7 +33,7 @@ impl RmaState {
                 g.completed[rank] = upto;
             }
         }
-        ctx.fh_completed(rank, upto);
+        initiator::completed(ctx, rank, upto);
         Ok(())
     }
 
@@ -48,7 +49,7 @@ impl RmaState {
             }
         }
         for (r, u) in upto.into_iter().enumerate() {
-            ctx.fh_completed(r, u);
+            initiator::completed(ctx, r, u);
         }
         Ok(())
     }
@@ -197,7 +198,8 @@ impl CtxInner {
                     self.with_peer(rank, |t| t.release(h));
                 } else {
                     let seq = self.rma.bump(rank);
-                    self.fh_hold(
+                    initiator::hold(
+                        &self.fh,
                         rank,
                         seq,
                         OpPins {
@@ -219,7 +221,7 @@ impl CtxInner {
         }
         let mut off = 0;
         while off < nbytes {
-            let c = self.fh_chunk(remote + off, nbytes - off, local + off);
+            let c = initiator::chunk(self, remote + off, nbytes - off, local + off);
             // Remote side first, holding nothing local while it waits (a thread
             // waiting for firehoses while holding local pins, and one waiting for
             // local pins while holding firehoses, would wait for each other).
@@ -235,7 +237,7 @@ impl CtxInner {
                     local: vec![],
                 }))
             } else {
-                self.fh_acquire_remote(rank, remote + off, c, carry, dir == Dir::Put)
+                initiator::acquire_remote(self, rank, remote + off, c, carry, dir == Dir::Put)
             };
             let grant = acquired?;
             let (mut pins, carried) = match grant {
@@ -251,10 +253,10 @@ impl CtxInner {
             };
             if !carried && !local_plain {
                 // A carried transfer travelled in the move: no local pin needed.
-                match self.fh_acquire_local(local + off, c) {
+                match initiator::acquire_local(self, local + off, c) {
                     Ok(l) => pins.local = l,
                     Err(e) => {
-                        self.fh_release_pins(pins);
+                        initiator::release(self, pins);
                         return Err(e);
                     }
                 }
@@ -267,15 +269,15 @@ impl CtxInner {
                     self.issue_units(dir, rank, remote + off, local + off, c, blocking, &pins)
                 };
                 if let Err(e) = r {
-                    self.fh_release_pins(pins);
+                    initiator::release(self, pins);
                     return Err(e);
                 }
             }
             if blocking {
-                self.fh_release_pins(pins);
+                initiator::release(self, pins);
             } else {
                 let seq = self.rma.bump(rank);
-                self.fh_hold(rank, seq, pins);
+                initiator::hold(&self.fh, rank, seq, pins);
             }
             off += c;
         }
@@ -517,7 +519,7 @@ impl CtxInner {
                 Err(e) => DState::Failed(Some(e)),
             }
         });
-        match self.fh_acquire_async(rank, remote, nbytes, write, done) {
+        match crate::firehose::pins::acquire_async(self, rank, remote, nbytes, write, done) {
             Err(e) if e.status == crate::runtime::error::Status::NoResource => Ok(None),
             Err(e) => Err(e),
             Ok(Some(pins)) => {
@@ -557,11 +559,11 @@ impl CtxInner {
         g.state = match r {
             Ok(()) => {
                 let seq = self.rma.bump(rank);
-                self.fh_hold(rank, seq, pins);
+                initiator::hold(&self.fh, rank, seq, pins);
                 DState::Issued(seq)
             }
             Err(e) => {
-                self.fh_release_pins(pins);
+                initiator::release(self, pins);
                 DState::Failed(Some(e))
             }
         };
@@ -667,7 +669,7 @@ impl CtxInner {
                         let r = d.lock().rank;
                         if self.fh.starved[r].swap(false, std::sync::atomic::Ordering::AcqRel) {
                             // Its move needs firehoses our operations in flight hold.
-                            self.fh_recover(r)?;
+                            initiator::recover(self, r)?;
                         }
                     }
                     self.rma_progress();
@@ -805,7 +807,7 @@ impl CtxInner {
         self.wait_for(what, || {
             for r in 0..self.size {
                 if self.fh.starved[r].swap(false, std::sync::atomic::Ordering::AcqRel) {
-                    self.fh_recover(r)?;
+                    initiator::recover(self, r)?;
                 }
             }
             self.rma_progress();

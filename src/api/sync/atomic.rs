@@ -24,10 +24,10 @@
 //! paths would not be atomic with each other.
 
 use crate::api::ctx::CtxInner;
-use crate::api::moves::{Carry, Grant};
 use crate::conduit::cpu_atomic;
 /// The operations and widths of the atomics (the C boundary names them from here).
 pub use crate::conduit::{AtomicOp, Width};
+use crate::firehose::initiator::{self, Carry, Grant};
 use crate::runtime::error::Result;
 use crate::{bail, err};
 
@@ -83,10 +83,10 @@ impl CtxInner {
         super::super::am::check_not_in_handler("atomic on firehose-managed memory")?;
         // Any address of another rank: firehose pins it there (or the target refuses
         // with FH_ERR_ACCESS); the transport then operates on it one-sidedly.
-        match self.fh_acquire_remote(r, addr, len, Carry::None, true)? {
+        match initiator::acquire_remote(self, r, addr, len, Carry::None, true)? {
             Grant::Pins(p) => {
                 let v = self.conduit.atomic(r, addr, w, op);
-                self.fh_release_pins(p);
+                initiator::release(self, p);
                 v
             }
             Grant::Done => Err(err!(
