@@ -7,7 +7,6 @@
 //! not parse is an `FH_ERR_INVALID_ARG` naming the variable, never a silent default.
 
 use crate::runtime::error::Result;
-use crate::{bail, err};
 
 /// How AMs and remote work are progressed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

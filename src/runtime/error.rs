@@ -154,7 +154,10 @@ macro_rules! err {
 #[macro_export]
 macro_rules! bail {
     ($status:ident, $($arg:tt)*) => {
-        return Err($crate::err!($status, $($arg)*))
+        return Err($crate::runtime::error::Error::new(
+            $crate::runtime::error::Status::$status,
+            format!($($arg)*),
+        ))
     };
 }
 

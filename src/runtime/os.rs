@@ -6,7 +6,6 @@
 //! faulting. Pinning reports failures as errors; it never aborts.
 
 use crate::runtime::error::Result;
-use crate::{bail, err};
 use std::sync::OnceLock;
 
 /// The system page size (cached).

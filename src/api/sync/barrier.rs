@@ -46,7 +46,7 @@ impl CtxInner {
         // The transport's reduction when it has one (the MPI conduit), else the
         // default.
         match self.cfg.sync.barrier {
-            Algo::Mpi if !self.conduit.caps().reduction => Algo::Dissemination,
+            Algo::Transport if !self.conduit.caps().reduction => Algo::Dissemination,
             a => a,
         }
     }
@@ -74,7 +74,7 @@ impl CtxInner {
         self.check_live()?;
         check_flags(flags)?;
         let algo = self.barrier_algo();
-        if algo != Algo::Mpi {
+        if algo != Algo::Transport {
             self.area()?;
         }
         let mut b = self.sync.barrier.lock();
@@ -109,13 +109,13 @@ impl CtxInner {
                 Step::Diss { round: 0 }
             }
             Algo::Tree => Step::Gather { got: 0 },
-            Algo::Mpi => {
+            Algo::Transport => {
                 let (v0, v1, v2) = match b.acc {
                     Val::Named(x) => (1, x, !x),
                     _ => (0, 0, 0),
                 };
                 self.conduit.max3_start([v0, v1, v2])?;
-                Step::Mpi
+                Step::Transport
             }
         };
         b.phase = Phase::Running { step };
@@ -195,7 +195,7 @@ impl CtxInner {
                         None => break None,
                     }
                 }
-                Step::Mpi => match self.conduit.max3_test()? {
+                Step::Transport => match self.conduit.max3_test()? {
                     Some([named, hi, nlo]) => {
                         break Some(if named == 0 {
                             Val::Anon
@@ -292,7 +292,7 @@ impl CtxInner {
     /// `fh_barrier`: anonymous notify + wait.
     pub fn barrier(&self) -> Result<()> {
         crate::api::am::check_not_in_handler("fh_barrier")?;
-        if self.sync.area.is_none() && self.barrier_algo() != Algo::Mpi {
+        if self.sync.area.is_none() && self.barrier_algo() != Algo::Transport {
             // No sync area (tiny heaps): the conduit's barrier, still serving AMs.
             self.check_live()?;
             self.conduit.barrier_start()?;

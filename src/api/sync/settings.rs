@@ -13,7 +13,10 @@ use crate::runtime::config::{Group, Scope, Setting};
 pub enum Algo {
     Dissemination,
     Tree,
-    Mpi,
+    /// The transport's own barrier: a nonblocking max-reduction
+    /// (`Conduit::max3_start`; `MPI_Iallreduce` on the MPI conduit). Named "mpi"
+    /// in `FH_BARRIER`.
+    Transport,
 }
 
 impl Algo {
@@ -21,7 +24,7 @@ impl Algo {
         match self {
             Algo::Dissemination => "dissemination",
             Algo::Tree => "tree",
-            Algo::Mpi => "mpi",
+            Algo::Transport => "mpi",
         }
     }
 }
@@ -57,7 +60,7 @@ static ROWS: &[Setting<SyncSettings>] = &[
             c.barrier = match v.trim().to_ascii_lowercase().as_str() {
                 "dissemination" | "pairwise" => Algo::Dissemination,
                 "tree" => Algo::Tree,
-                "mpi" => Algo::Mpi,
+                "mpi" => Algo::Transport,
                 other => bail!(
                     InvalidArg,
                     "FH_BARRIER={}: expected dissemination, tree or mpi",

@@ -128,8 +128,8 @@ pub(crate) enum Step {
     Gather { got: u32 },
     /// Tree: arrival sent to the parent; waiting for the release.
     Release,
-    /// MPI_Iallreduce in flight.
-    Mpi,
+    /// The transport's reduction in flight (`Conduit::max3_test`).
+    Transport,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
