@@ -761,47 +761,44 @@ def strip_f_comment(line):
     return line
 
 
-def split_outside_quotes(s, sep):
-    parts = []
+def unquoted(s, start=0):
+    """(index, character, parenthesis depth) of the characters of s from start that
+    are outside quoted strings; the depth counts a '(' from itself on, a ')' up to
+    before itself."""
     q = None
     depth = 0
-    cur = ""
-    for ch in s:
+    for j in range(start, len(s)):
+        ch = s[j]
         if q:
             if ch == q:
                 q = None
-        elif ch in "'\"":
+            continue
+        if ch in "'\"":
             q = ch
-        elif ch == "(":
+            continue
+        if ch == "(":
             depth += 1
         elif ch == ")":
             depth -= 1
-        elif ch == sep and depth == 0:
-            parts.append(cur)
-            cur = ""
-            continue
-        cur += ch
-    parts.append(cur)
+        yield j, ch, depth
+
+
+def split_outside_quotes(s, sep):
+    parts = []
+    begin = 0
+    for j, ch, depth in unquoted(s):
+        if ch == sep and depth == 0:
+            parts.append(s[begin:j])
+            begin = j + 1
+    parts.append(s[begin:])
     return parts
 
 
 def paren_group(s, i):
     """s[i] == '(': (contents, index after the closing ')')."""
-    depth = 0
-    q = None
-    for j in range(i, len(s)):
-        ch = s[j]
-        if q:
-            if ch == q:
-                q = None
-        elif ch in "'\"":
-            q = ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth == 0:
-                return s[i + 1:j], j + 1
+    for j, ch, depth in unquoted(s, i):
+        if ch == ")" and depth == 0:
+            return s[i + 1:j], j + 1
     raise CheckError("unbalanced parentheses in %r" % s)
 
 

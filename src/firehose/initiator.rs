@@ -781,13 +781,25 @@ mod tests {
         c.load(Ordering::Relaxed)
     }
 
+    /// The references of a granted request (not a carried transfer).
+    fn held(g: Result<Grant>) -> OpPins {
+        match g {
+            Ok(Grant::Pins(p)) => p,
+            Ok(Grant::Done) => panic!("a transfer was carried; references expected"),
+            Err(e) => panic!("refused: {e}"),
+        }
+    }
+
+    /// The error of a refused request.
+    fn refused(g: Result<Grant>) -> Error {
+        g.err().expect("the request is refused")
+    }
+
     #[test]
     fn a_miss_moves_once_then_hits_one_sided() {
         let h = pair();
         let (b, pg) = (pages(), os::page_size());
-        let Grant::Pins(p) = acquire_remote(&h, 1, b + 8, 64, Carry::None, false).unwrap() else {
-            panic!("a get is never carried without a destination");
-        };
+        let p = held(acquire_remote(&h, 1, b + 8, 64, Carry::None, false));
         assert_eq!(p.remote.len(), 1);
         let st = &h.fh.stats;
         assert_eq!((load(&st.moves_sent), load(&st.misses)), (1, 1));
@@ -795,9 +807,7 @@ mod tests {
         assert_eq!(t.pinned.borrow().as_slice(), &[(b, b + pg)]);
         release(&h, p);
         // The firehose stays (victim FIFO): the next access is a hit, no message.
-        let Grant::Pins(p) = acquire_remote(&h, 1, b + 128, 8, Carry::None, true).unwrap() else {
-            panic!("a hit holds references");
-        };
+        let p = held(acquire_remote(&h, 1, b + 128, 8, Carry::None, true));
         assert_eq!((load(&st.moves_sent), h.hits.get()), (1, 1));
         release(&h, p);
         assert_eq!(h.fh.peers[1].lock().validate(), Ok(()));
@@ -824,26 +834,18 @@ mod tests {
         let (b, pg) = (pages(), os::page_size());
         let ro = b + pg;
         // Refused by the target: the memory is read-only there.
-        let e = acquire_remote(&h, 1, ro, 8, Carry::None, true)
-            .err()
-            .unwrap();
+        let e = refused(acquire_remote(&h, 1, ro, 8, Carry::None, true));
         assert_eq!(e.status, Status::Access);
         assert!(e.to_string().contains("read-only"), "{e}");
         // A get pins it (read-only); a later put is refused here, without a move.
-        let Grant::Pins(p) = acquire_remote(&h, 1, ro, 8, Carry::None, false).unwrap() else {
-            panic!("a get holds references");
-        };
+        let p = held(acquire_remote(&h, 1, ro, 8, Carry::None, false));
         release(&h, p);
         let sent = load(&h.fh.stats.moves_sent);
-        let e = acquire_remote(&h, 1, ro + 8, 8, Carry::None, true)
-            .err()
-            .unwrap();
+        let e = refused(acquire_remote(&h, 1, ro + 8, 8, Carry::None, true));
         assert_eq!(e.status, Status::Access);
         assert_eq!(load(&h.fh.stats.moves_sent), sent);
         // No access at all: refused for a get too, and counted on both sides.
-        let e = acquire_remote(&h, 1, b + 2 * pg, 8, Carry::None, false)
-            .err()
-            .unwrap();
+        let e = refused(acquire_remote(&h, 1, b + 2 * pg, 8, Carry::None, false));
         assert!(e.to_string().contains("PROT_NONE"), "{e}");
         assert!(h.refused.get() >= 2 && h.target.as_deref().unwrap().refused.get() >= 2);
         unmap(b);
@@ -877,9 +879,7 @@ mod tests {
     fn operations_hold_their_references_until_completed() {
         let h = pair();
         let b = pages();
-        let Grant::Pins(p) = acquire_remote(&h, 1, b, 8, Carry::None, false).unwrap() else {
-            panic!("a get holds references");
-        };
+        let p = held(acquire_remote(&h, 1, b, 8, Carry::None, false));
         hold(&h.fh, 1, 5, p);
         completed(&h, 1, 4);
         assert_eq!(

@@ -40,6 +40,25 @@ impl Token {
     }
 }
 
+/// A frame's head, but for the credits it carries (`CtxInner::frame_for`).
+struct Head {
+    cat: Category,
+    role: Role,
+    handler: u8,
+    long_dst: u64,
+}
+
+impl Head {
+    fn new(cat: Category, role: Role, handler: u8, long_dst: u64) -> Head {
+        Head {
+            cat,
+            role,
+            handler,
+            long_dst,
+        }
+    }
+}
+
 impl CtxInner {
     pub fn am_register(&self, index: usize, f: HandlerFn, user: usize) -> Result<()> {
         self.check_live()?;
@@ -129,19 +148,9 @@ impl CtxInner {
                 w.round()?;
             }
         }
-        let credits = peer.take_owed();
-        let long_dst = long.as_ref().map(|l| l.dst as u64).unwrap_or(0);
-        let frame = wire::encode(
-            self.conduit.frame_buffer(),
-            self.conduit.caps().frame_headroom,
-            cat,
-            Role::Request,
-            handler,
-            credits,
-            long_dst,
-            args,
-            medium,
-        );
+        let long_dst = long.as_ref().map_or(0, |l| l.dst as u64);
+        let head = Head::new(cat, Role::Request, handler, long_dst);
+        let (frame, credits) = self.frame_for(dest, head, args, medium);
         let src = long.as_ref().map(|l| LongSrc::Borrowed {
             ptr: l.data.as_ptr(),
             len: l.data.len(),
@@ -195,19 +204,9 @@ impl CtxInner {
                 bail!(InvalidArg, "long AM destination address is NULL");
             }
         }
-        let credits = self.am.peers[tok.src].take_owed();
-        let long_dst = long.as_ref().map(|l| l.dst as u64).unwrap_or(0);
-        let frame = wire::encode(
-            self.conduit.frame_buffer(),
-            self.conduit.caps().frame_headroom,
-            cat,
-            Role::Reply,
-            handler,
-            credits,
-            long_dst,
-            args,
-            medium,
-        );
+        let long_dst = long.as_ref().map_or(0, |l| l.dst as u64);
+        let head = Head::new(cat, Role::Reply, handler, long_dst);
+        let (frame, credits) = self.frame_for(tok.src, head, args, medium);
         // Owned copy: a handler must not wait for the payload to drain.
         let src = long.map(|l| LongSrc::Owned(l.data.to_vec()));
         match self.conduit.am_send(tok.src, frame, src) {
@@ -223,19 +222,27 @@ impl CtxInner {
         }
     }
 
-    fn send_control(&self, dest: usize, c: Control, args: &[u64]) {
+    /// Encode a frame to `dest` with the credits this rank owes it, taken now (a
+    /// caller whose send fails gives them back).
+    fn frame_for(&self, dest: usize, h: Head, args: &[u64], payload: &[u8]) -> (Vec<u8>, u16) {
         let credits = self.am.peers[dest].take_owed();
         let frame = wire::encode(
             self.conduit.frame_buffer(),
             self.conduit.caps().frame_headroom,
-            Category::Short,
-            Role::Control(c),
-            0,
+            h.cat,
+            h.role,
+            h.handler,
             credits,
-            0,
+            h.long_dst,
             args,
-            &[],
+            payload,
         );
+        (frame, credits)
+    }
+
+    fn send_control(&self, dest: usize, c: Control, args: &[u64]) {
+        let head = Head::new(Category::Short, Role::Control(c), 0, 0);
+        let (frame, credits) = self.frame_for(dest, head, args, &[]);
         if let Err(e) = self.conduit.am_send(dest, frame, None) {
             self.am.peers[dest].give_back(credits);
             self.record_async_error(err!(
