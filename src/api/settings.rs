@@ -10,7 +10,7 @@
 
 use super::sync::settings::SyncSettings;
 use crate::firehose::settings::FirehoseSettings;
-use crate::runtime::config::{self, Config, Group, Layered, Resolved, Rows, Source};
+use crate::runtime::config::{self, Config, Group, Layered, Resolved, Rows, Scope, Source};
 use crate::runtime::error::Result;
 
 /// The resolved settings of one context. Dereferences to the runtime's group, which
@@ -35,6 +35,17 @@ impl std::ops::DerefMut for Settings {
     fn deref_mut(&mut self) -> &mut Config {
         &mut self.core
     }
+}
+
+/// One setting as `firehose_info` shows it.
+#[derive(Clone, Debug)]
+pub struct SettingRow {
+    pub name: &'static str,
+    pub value: String,
+    pub default: String,
+    pub source: Source,
+    pub scope: Scope,
+    pub help: &'static str,
 }
 
 impl Settings {
@@ -95,6 +106,23 @@ impl Settings {
     /// The value of setting `i` as text.
     pub fn show(&self, i: usize) -> String {
         self.view().show(i)
+    }
+
+    /// Every setting as a row: name, value, default, source, scope, help
+    /// (`firehose_info`).
+    pub fn rows(&self) -> Vec<SettingRow> {
+        let (v, d) = (self.view(), Settings::defaults());
+        let dv = d.view();
+        (0..v.len())
+            .map(|i| SettingRow {
+                name: v.name(i),
+                value: v.show(i),
+                default: dv.show(i),
+                source: self.sources[i],
+                scope: v.scope(i),
+                help: v.help(i),
+            })
+            .collect()
     }
 
     /// Every setting, its value, its source and its scope, one per line.

@@ -467,6 +467,11 @@ impl<'a, R: std::ops::Deref<Target = dyn Rows + 'a>> Layered<R> {
         self.groups[g].scope(r)
     }
 
+    pub fn help(&self, i: usize) -> &'static str {
+        let (g, r) = self.locate(i);
+        self.groups[g].help(r)
+    }
+
     /// Every setting, its value, its source and its scope, one per line.
     // `i` indexes settings (self.locate/name); `sources` is parallel to them.
     #[allow(clippy::needless_range_loop)]

@@ -554,7 +554,6 @@ pub fn memlock_limit() -> Option<u64> {
     }
 }
 
-/// An anonymous private read/write mapping, unmapped on drop.
 /// Bytes available to us in the file system at `path` (None if it cannot be read).
 pub fn tmpfs_available(path: &str) -> Option<u64> {
     let c = std::ffi::CString::new(path).ok()?;
@@ -565,6 +564,7 @@ pub fn tmpfs_available(path: &str) -> Option<u64> {
     }
 }
 
+/// An anonymous private read/write mapping, unmapped on drop.
 pub struct Mapping {
     addr: usize,
     len: usize,
