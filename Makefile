@@ -3,8 +3,9 @@
 #                atomics (shared counter), the MCS lock (remote queue), split-phase barriers
 #   make test    everything CI runs: lint (fmt, clippy), Rust tests (release and dev
 #                profiles), the loom model check, ThreadSanitizer, header drift and
-#                Fortran interface signatures, C tests under Open MPI at 2/4/8 ranks
-#                and MPICH at 2, Fortran, pkg-config consumer, dlopen consumer,
+#                Fortran interface signatures, man pages (drift, rendering), C tests
+#                under Open MPI at 2/4/8 ranks and MPICH at 2, Fortran, pkg-config and
+#                CMake consumers, firehose_info, dlopen consumer,
 #                Open MPI program on an MPICH library, settings that differ between
 #                ranks and a full /dev/shm, the 10^6-operation stress, and the
 #                plain-MPI interop loops under both MPIs
@@ -18,6 +19,7 @@ MPIFC    ?= mpif90.mpich
 MPIEXEC  ?= mpiexec.mpich
 MPIEXEC_FLAGS ?=
 MPI_PC   ?= mpich
+MPI_MATCH = MPICH
 PASSENV  =
 else
 MPICC    ?= mpicc.openmpi
@@ -25,6 +27,7 @@ MPIFC    ?= mpif90.openmpi
 MPIEXEC  ?= mpirun.openmpi
 MPIEXEC_FLAGS ?= --oversubscribe
 MPI_PC   ?= ompi
+MPI_MATCH = Open MPI
 PASSENV  = -x FH_STRESS_OPS
 endif
 PREFIX   ?= /usr/local
@@ -48,8 +51,8 @@ C_TESTS  := $(patsubst c-tests/%.c,$(BUILD)/c-tests/%,$(wildcard c-tests/*.c))
 EXAMPLES := $(patsubst mpi-examples/%.c,$(BUILD)/examples/%,$(wildcard mpi-examples/*.c))
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
-.PHONY: all deps lib header check-header fortran examples c-tests test test-rust loom tsan \
-        test-c test-c-mpich test-fortran test-pkgconfig test-dlopen test-mismatch test-settings stress stress-interop lint demo bench \
+.PHONY: all deps lib header check-header man check-man fortran examples c-tests test test-rust loom tsan \
+        test-c test-c-mpich test-fortran test-pkgconfig test-cmake test-info test-dlopen test-mismatch test-settings stress stress-interop lint demo bench \
         install uninstall clean
 
 all: lib fortran
@@ -58,7 +61,7 @@ deps:
 	@scripts/deps.sh
 
 lib: deps
-	$(CARGO_ENV) cargo build --release --lib
+	$(CARGO_ENV) cargo build --release --lib --bin firehose_info
 	@ln -sf libfirehose.so $(LIBDIR)/libfirehose.so.$(MAJOR)
 
 header:
@@ -145,7 +148,7 @@ test-fortran: fortran lib
 
 # Install into a temporary prefix, build a consumer with pkg-config only, run it.
 test-pkgconfig: lib fortran
-	@scripts/test-pkgconfig.sh "$(MAKE)" "$(MPICC)" "$(MPIEXEC) $(MPIEXEC_FLAGS)"
+	@scripts/test-pkgconfig.sh "$(MAKE)" "$(MPICC)" "$(MPIEXEC) $(MPIEXEC_FLAGS)" "$(MPIFC)"
 
 # Settings that differ between ranks: every setting, even and odd ranks set apart
 # (scripts/test-settings.sh).
@@ -154,6 +157,27 @@ test-settings: lib
 	$(MPICC) $(CFLAGS) -Iinclude -Ic-tests tests/settings/settings_agree.c -o $(BUILD)/settings_agree $(LINK)
 	@scripts/test-settings.sh $(BUILD)/settings_agree "$(MPIEXEC) $(MPIEXEC_FLAGS)" 4
 	@scripts/test-shm-full.sh $(BUILD)/settings_agree "$(MPIEXEC) $(MPIEXEC_FLAGS)"
+
+# A CMake project using the installed package: C and Fortran, shared and static,
+# relocated, version and MPI checks (scripts/test-cmake.sh).
+test-cmake: lib fortran
+	@scripts/test-cmake.sh "$(MAKE)" "$(MPIEXEC) $(MPIEXEC_FLAGS)" $(MPI)
+
+# firehose_info's report, its -c form and its exit statuses (scripts/test-info.sh).
+test-info: lib
+	@scripts/test-info.sh $(LIBDIR)/firehose_info
+
+# Man pages: generated from the header (section 3) and the settings table (firehose.7).
+man: lib
+	@mkdir -p $(BUILD)
+	$(LIBDIR)/firehose_info --settings-tsv > $(BUILD)/settings.tsv
+	python3 scripts/gen-man.py man --settings $(BUILD)/settings.tsv
+
+# The committed pages match the header and the settings, and render without warnings.
+check-man: lib
+	@mkdir -p $(BUILD)
+	@$(LIBDIR)/firehose_info --settings-tsv > $(BUILD)/settings.tsv
+	@scripts/check-man.sh $(BUILD)/settings.tsv
 
 # A runtime that dlopen()s libfirehose.so and calls through dlsym.
 test-dlopen: lib
@@ -181,7 +205,7 @@ INTEROP_LOOPS ?= 20
 stress-interop: c-tests
 	@MPIEXEC="$(MPIEXEC) $(MPIEXEC_FLAGS)" MPI=$(MPI) LOOPS=$(INTEROP_LOOPS) scripts/loop-interop.sh $(BUILD)/c-tests
 
-test: deps lint test-rust loom tsan check-header lib test-c test-c-mpich test-fortran test-pkgconfig test-dlopen test-mismatch test-settings stress
+test: deps lint test-rust loom tsan check-header lib check-man test-c test-c-mpich test-fortran test-pkgconfig test-cmake test-info test-dlopen test-mismatch test-settings stress
 	$(MAKE) stress-interop INTEROP_LOOPS=3
 	$(MAKE) MPI=mpich stress-interop INTEROP_LOOPS=1
 	@echo "make test: all suites passed"
@@ -201,23 +225,42 @@ bench: lib $(BENCHES)
 	@mkdir -p bench-results
 	@MPIEXEC="$(MPIEXEC) $(MPIEXEC_FLAGS)" scripts/run-bench.sh $(BUILD)/bench bench-results
 
+# What make install writes, below $(DESTDIR)$(PREFIX).
+INSTALLED = lib/libfirehose.so lib/libfirehose.so.$(MAJOR) lib/libfirehose.so.$(VERSION) \
+            lib/libfirehose.a lib/libfirehose_fortran.a include/firehose.h \
+            lib/pkgconfig/firehose.pc bin/firehose_info \
+            lib/cmake/firehose/firehoseConfig.cmake lib/cmake/firehose/firehoseConfigVersion.cmake
+SUBST = -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|g' -e 's|@MAJOR@|$(MAJOR)|g' \
+        -e 's|@MPI@|$(MPI)|g' -e 's|@MPI_PC@|$(MPI_PC)|' -e 's|@MPI_MATCH@|$(MPI_MATCH)|' \
+        -e "s|@MPICC_PATH@|$$(command -v $(MPICC))|" -e "s|@MPIFC_PATH@|$$(command -v $(MPIFC))|"
+
 install: lib fortran
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/firehose $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/firehose $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+	  $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/cmake/firehose \
+	  $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 $(DESTDIR)$(PREFIX)/share/man/man7
 	install -m 755 $(LIBDIR)/libfirehose.so $(DESTDIR)$(PREFIX)/lib/libfirehose.so.$(VERSION)
 	ln -sf libfirehose.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libfirehose.so.$(MAJOR)
 	ln -sf libfirehose.so.$(MAJOR) $(DESTDIR)$(PREFIX)/lib/libfirehose.so
 	install -m 644 $(LIBDIR)/libfirehose.a $(DESTDIR)$(PREFIX)/lib/libfirehose.a
+	rm -f $(BUILD)/fortran/libfirehose_fortran.a
+	ar rcs $(BUILD)/fortran/libfirehose_fortran.a $(BUILD)/fortran/firehose.o
+	install -m 644 $(BUILD)/fortran/libfirehose_fortran.a $(DESTDIR)$(PREFIX)/lib/libfirehose_fortran.a
+	install -m 755 $(LIBDIR)/firehose_info $(DESTDIR)$(PREFIX)/bin/firehose_info
 	install -m 644 include/firehose.h $(DESTDIR)$(PREFIX)/include/firehose.h
 	install -m 644 include/firehose.f90 $(BUILD)/fortran/firehose.mod $(DESTDIR)$(PREFIX)/include/firehose/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@MPI@|$(MPI)|g' \
-	    -e 's|@MPI_PC@|$(MPI_PC)|' -e "s|@MPI_LIBS@|$$(pkg-config --libs $(MPI_PC))|" \
+	sed $(SUBST) -e "s|@MPI_LIBS@|$$(pkg-config --libs $(MPI_PC))|" \
 	    pkgconfig/firehose.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/firehose.pc
+	sed $(SUBST) cmake/firehoseConfig.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/firehose/firehoseConfig.cmake
+	sed $(SUBST) cmake/firehoseConfigVersion.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/firehose/firehoseConfigVersion.cmake
+	install -m 644 man/man1/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 man/man3/*.3 $(DESTDIR)$(PREFIX)/share/man/man3/
+	install -m 644 man/man7/*.7 $(DESTDIR)$(PREFIX)/share/man/man7/
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/lib/libfirehose.so $(DESTDIR)$(PREFIX)/lib/libfirehose.so.$(MAJOR) \
-	      $(DESTDIR)$(PREFIX)/lib/libfirehose.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libfirehose.a \
-	      $(DESTDIR)$(PREFIX)/include/firehose.h $(DESTDIR)$(PREFIX)/lib/pkgconfig/firehose.pc
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED))
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/share/,$(wildcard man/man1/*.1 man/man3/*.3 man/man7/*.7))
 	rm -rf $(DESTDIR)$(PREFIX)/include/firehose
+	-rmdir $(DESTDIR)$(PREFIX)/lib/cmake/firehose 2>/dev/null
 
 clean:
 	rm -rf target build bench-results

@@ -670,6 +670,8 @@ size_t fh_am_max_medium(const struct fh_ctx_t *ctx);
 size_t fh_am_max_long(const struct fh_ctx_t *ctx);
 
 /**
+ * Atomically add `value` to the word at `raddr` on `rank`; `*old_out` gets the value before.
+ *
  * Remote atomics (seed 004 Table 5.1), for T in u32, u64, i32, i64. Every operation
  * on a word is atomic with every other operation on that word from any rank,
  * whatever the operations (fetch&add racing swap racing compare&swap): one-node jobs
@@ -683,8 +685,6 @@ size_t fh_am_max_long(const struct fh_ctx_t *ctx);
  * does no work for heap words; the `_nb` forms write `*h_out` (FH_HANDLE_NULL when
  * the operation already completed, as it always does today) and the results are
  * valid after fh_wait on it.
- *
- * Atomically add `value` to the word at `raddr` on `rank`; `*old_out` gets the value before.
  * Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
  */
 int fh_atomic_fetch_add_u32(struct fh_ctx_t *ctx,

@@ -8,6 +8,8 @@ have_cmd mpicc.openmpi   || need+=(libopenmpi-dev openmpi-bin)
 have_cmd mpicc.mpich     || need+=(mpich libmpich-dev)
 have_cmd gfortran        || need+=(gfortran)
 have_cmd pkg-config      || need+=(pkg-config)
+have_cmd cmake           || need+=(cmake)
+have_cmd man             || need+=(man-db)
 have_cmd clang           || need+=(clang)
 ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
@@ -15,10 +17,10 @@ echo "firehose: missing packages: ${need[*]}"
 if [ "$(id -u)" = 0 ] && have_cmd apt-get; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=300 \
-    libopenmpi-dev openmpi-bin mpich libmpich-dev gfortran libclang-dev clang pkg-config
+    libopenmpi-dev openmpi-bin mpich libmpich-dev gfortran libclang-dev clang pkg-config cmake man-db
 else
   echo "firehose: please install them, e.g.:"
-  echo "  sudo apt-get install -y libopenmpi-dev openmpi-bin mpich libmpich-dev gfortran libclang-dev clang pkg-config"
+  echo "  sudo apt-get install -y libopenmpi-dev openmpi-bin mpich libmpich-dev gfortran libclang-dev clang pkg-config cmake man-db"
   exit 1
 fi
 if ! have_cmd cargo; then

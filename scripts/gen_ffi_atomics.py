@@ -96,13 +96,15 @@ def gen():
             for nb in (False, True):
                 fname = f"fh_atomic_{name}_{tn}{'_nb' if nb else ''}"
                 w("")
-                if first:
-                    w(SECTION.rstrip())
-                    w("///")
-                    first = False
+                # The operation's own sentence first (a man page's NAME line is the
+                # first sentence); the section's rules follow in the first function.
                 w(f"/// {doc}")
                 if nb:
                     w("/// Non-blocking form: results are valid once `*h_out` is synced (fh_wait).")
+                if first:
+                    w("///")
+                    w(SECTION.rstrip())
+                    first = False
                 w(THREADS)
                 w("#[no_mangle]")
                 args = ["ctx: *mut fh_ctx_t", "rank: c_int",

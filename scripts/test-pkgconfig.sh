@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# scripts/test-pkgconfig.sh "<make>" "<mpicc>" "<mpiexec and flags>"
+# scripts/test-pkgconfig.sh "<make>" "<mpicc>" "<mpiexec and flags>" "<mpif90>"
 # Install firehose into a temporary prefix (make install PREFIX=$tmp DESTDIR=), then
 #  - check the installed files: headers, Fortran module, libfirehose.so.<version>
 #    with its .so.<major> / .so links, SONAME libfirehose.so.<major>, the .a, the .pc
 #  - build tests/pkgconfig/consumer.c with the MPI compiler wrapper and ONLY
 #    `pkg-config --cflags --libs firehose`, run it on 2 ranks
-#  - build it again against libfirehose.a with `pkg-config --static --libs firehose`
+#  - build tests/cmake/consumer.f90 with the MPI Fortran wrapper, the module
+#    directory and `pkg-config --libs firehose`, run it on 2 ranks
+#  - build the C consumer again against libfirehose.a with `pkg-config --static --libs firehose`
 #    (shared libmpi is fine), check with ldd that libfirehose.so is not needed, run it
 #  - make uninstall PREFIX=$tmp and check that every installed file is gone.
 # Exits non-zero on the first failure, saying what failed.
@@ -13,6 +15,7 @@ set -euo pipefail
 MAKE_CMD=${1:-make}
 MPICC=${2:-mpicc.openmpi}
 MPIEXEC=${3:-mpirun.openmpi --oversubscribe}
+MPIFC=${4:-mpif90.openmpi}
 cd "$(dirname "$0")/.."
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/firehose-pc.XXXXXX")
@@ -69,6 +72,14 @@ deps=$(ldd "$work/consumer_shared")
 grep -q "libfirehose.so.$major => $tmp/lib/" <<<"$deps" || {
   echo "$deps" >&2; fail "consumer_shared does not load libfirehose.so.$major from $tmp/lib"; }
 run2 "$work/consumer_shared" "shared"
+
+# 1b. Fortran, the README's line: the module directory plus pkg-config's libraries
+#     (-lfirehose_fortran brings the module's own procedures, e.g. fh_strerror_str).
+fmoddir=$(pkg-config --variable=fmoddir firehose)
+step "Fortran build: $MPIFC -I$fmoddir consumer.f90 $libs"
+# shellcheck disable=SC2086
+$MPIFC -I"$fmoddir" tests/cmake/consumer.f90 -o "$work/consumer_f" $libs || fail "Fortran build failed"
+run2 "$work/consumer_f" "Fortran"
 
 # 2. Static firehose: the same pkg-config line with --static; -lfirehose is made to
 #    resolve to libfirehose.a (the rest, MPI included, stays shared).

@@ -59,6 +59,8 @@ fn run_nb(
     OK
 }
 
+/// Atomically add `value` to the word at `raddr` on `rank`; `*old_out` gets the value before.
+///
 /// Remote atomics (seed 004 Table 5.1), for T in u32, u64, i32, i64. Every operation
 /// on a word is atomic with every other operation on that word from any rank,
 /// whatever the operations (fetch&add racing swap racing compare&swap): one-node jobs
@@ -72,8 +74,6 @@ fn run_nb(
 /// does no work for heap words; the `_nb` forms write `*h_out` (FH_HANDLE_NULL when
 /// the operation already completed, as it always does today) and the results are
 /// valid after fh_wait on it.
-///
-/// Atomically add `value` to the word at `raddr` on `rank`; `*old_out` gets the value before.
 /// Threads: any thread, concurrently with other calls on the same context. From AM handlers only on fh_malloc memory.
 #[no_mangle]
 pub extern "C" fn fh_atomic_fetch_add_u32(
