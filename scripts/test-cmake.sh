@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/test-cmake.sh "<make>" "<mpiexec and flags>" MPI
 # The CMake package the way a CMake project uses it:
-#  - make install PREFIX=$tmp; configure tests/cmake (C and Fortran; the project finds
+#  - make install PREFIX=$tmp; the man pages are there and man finds them;
+#    configure tests/cmake (C and Fortran; the project finds
 #    its MPI first, then find_package(firehose 0.1)) against it, build and run both
 #    consumers at 2 ranks, once with firehose::firehose and once with
 #    firehose::firehose_static (checking with ldd which library each binary loads);
@@ -61,6 +62,14 @@ install_to install "$tmp/prefix"
 for f in lib/cmake/firehose/firehoseConfig.cmake lib/cmake/firehose/firehoseConfigVersion.cmake lib/libfirehose_fortran.a; do
   [ -f "$tmp/prefix/$f" ] || fail "$f was not installed"
 done
+# The installed man pages: the checked ones (make check-man renders every one), and
+# man finds them by name under the prefix.
+diff -r man/man3 "$tmp/prefix/share/man/man3" >/dev/null || fail "installed man3 pages differ from man/man3"
+for page in fh_put:3 firehose:7 firehose_info:1; do
+  MANPATH="$tmp/prefix/share/man" man -w "${page#*:}" "${page%:*}" >/dev/null 2>&1 ||
+    fail "man does not find ${page%:*}(${page#*:}) under $tmp/prefix/share/man"
+done
+step "man pages installed: man finds fh_put(3), firehose(7), firehose_info(1)"
 build_run "$tmp/shared" "$tmp/prefix" "shared" firehose::firehose
 build_run "$tmp/static" "$tmp/prefix" "static" firehose::firehose_static
 
