@@ -138,26 +138,30 @@ impl CtxInner {
             return Ok(false);
         }
         let base = self.remote_heaps[rank].0 + self.regtab_off;
-        let mut buf = vec![0u8; l.scan_len()];
+        let scratch = Scratch::new(self, l.scan_len() + 8)?;
+        let (buf_at, v_at) = (scratch.addr, scratch.addr + l.scan_len());
         for round in 0..1000u32 {
-            // SAFETY: the table lies in rank's heap (always accessible); buf holds
-            // scan_len bytes and lives until get_sync returns.
+            // SAFETY: the table lies in rank's heap (always accessible); the scratch
+            // buffer holds scan_len + 8 bytes and lives until get_sync returns.
             unsafe {
                 self.conduit
-                    .get_sync(rank, base, buf.as_mut_ptr(), buf.len())?
+                    .get_sync(rank, base, buf_at as *mut u8, l.scan_len())?
             };
-            let v1 = u64_at(&buf, 0);
+            // SAFETY: the scratch buffer's first scan_len bytes, just written.
+            let buf = unsafe { std::slice::from_raw_parts(buf_at as *const u8, l.scan_len()) };
+            let v1 = u64_at(buf, 0);
             let version_now = || -> Result<u64> {
-                let mut v = [0u8; 8];
-                // SAFETY: as above, 8 bytes.
-                unsafe { self.conduit.get_sync(rank, base, v.as_mut_ptr(), 8)? };
-                Ok(u64::from_le_bytes(v))
+                // SAFETY: as above, the scratch buffer's last 8 bytes.
+                unsafe {
+                    self.conduit.get_sync(rank, base, v_at as *mut u8, 8)?;
+                    Ok(u64::from_le_bytes(*(v_at as *const [u8; 8])))
+                }
             };
             if v1 % 2 == 0 && version_now()? == v1 {
                 let hit = (0..MAX_REGS)
                     .map(|i| {
                         let at = l.entry(i);
-                        (i, u64_at(&buf, at) as usize, u64_at(&buf, at + 8) as usize)
+                        (i, u64_at(buf, at) as usize, u64_at(buf, at + 8) as usize)
                     })
                     .find(|&(_, s, e)| e > s && s <= addr && addr.saturating_add(len) <= e);
                 let Some((i, s, e)) = hit else {
@@ -185,5 +189,43 @@ impl CtxInner {
             "the registration table of rank {} kept changing for 1000 reads",
             rank
         ))
+    }
+}
+
+/// Where a table read lands: memory the conduit can write into. On conduits that
+/// need local buffers registered it is taken from the library heap (freed on drop);
+/// elsewhere it is an ordinary allocation.
+struct Scratch<'a> {
+    ctx: &'a CtxInner,
+    addr: usize,
+    /// The ordinary allocation (conduits that reach any local memory).
+    plain: Option<Vec<u64>>,
+}
+
+impl<'a> Scratch<'a> {
+    fn new(ctx: &'a CtxInner, len: usize) -> Result<Scratch<'a>> {
+        if ctx.fh.local_side {
+            let addr = ctx.heap.alloc(len)?;
+            return Ok(Scratch {
+                ctx,
+                addr,
+                plain: None,
+            });
+        }
+        let mut v = vec![0u64; len.div_ceil(8)];
+        let addr = v.as_mut_ptr() as usize;
+        Ok(Scratch {
+            ctx,
+            addr,
+            plain: Some(v),
+        })
+    }
+}
+
+impl Drop for Scratch<'_> {
+    fn drop(&mut self) {
+        if self.plain.is_none() {
+            let _ = self.ctx.heap.free(self.addr);
+        }
     }
 }
