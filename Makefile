@@ -1,6 +1,7 @@
 # firehose -- build, test, install.
 #   make demo    4-rank jobs on this machine showing puts, gets, active messages, rpipe,
-#                atomics (shared counter), the MCS lock (remote queue), split-phase barriers
+#                atomics (shared counter), the MCS lock (remote queue), split-phase barriers,
+#                a 3-D halo exchange with strided puts (halo3d)
 #   make test    everything CI runs: lint (fmt, clippy), Rust tests (release and dev
 #                profiles), the loom model check, ThreadSanitizer, header drift and
 #                Fortran interface signatures, man pages (drift, rendering), C tests
@@ -66,6 +67,7 @@ lib: deps
 
 header:
 	python3 scripts/gen_ffi_atomics.py
+	python3 scripts/gen_ffi_vis.py
 	$(CARGO_ENV) cargo run -q --release --example gen_header -- include/firehose.h
 
 check-header:
@@ -76,6 +78,8 @@ check-header:
 	@echo "header: include/firehose.h matches the code"
 	@python3 scripts/gen_ffi_atomics.py $(BUILD)/atomic.rs.new && diff -u src/ffi/atomic.rs $(BUILD)/atomic.rs.new || \
 	  (echo "src/ffi/atomic.rs is out of date: run 'python3 scripts/gen_ffi_atomics.py' and commit it" >&2; exit 1)
+	@python3 scripts/gen_ffi_vis.py $(BUILD)/vis.rs.new && diff -u src/ffi/vis.rs $(BUILD)/vis.rs.new || \
+	  (echo "src/ffi/vis.rs is out of date: run 'python3 scripts/gen_ffi_vis.py' and commit it" >&2; exit 1)
 	@scripts/check-fortran.sh
 
 # Fortran module (firehose.mod) and its object.
@@ -139,6 +143,11 @@ test-fortran: fortran lib
 	@for np in 2 4 8; do for shm in 1 0; do \
 	  echo "interop_basic (Fortran, MPI_BARRIER only) np=$$np FH_SHM=$$shm"; \
 	  FH_SHM=$$shm timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) $(if $(filter mpich,$(MPI)),,-x FH_SHM) -np $$np $(BUILD)/fortran/interop_basic || exit 1; \
+	done; done
+	$(MPIFC) $(FFLAGS) -I$(BUILD)/fortran tests/fortran/test_vis.f90 $(BUILD)/fortran/firehose.o -o $(BUILD)/fortran/test_vis $(LINK)
+	@for np in 2 4 8; do for shm in 1 0; do \
+	  echo "test_vis (Fortran array section with fh_puts) np=$$np FH_SHM=$$shm"; \
+	  FH_SHM=$$shm timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) $(if $(filter mpich,$(MPI)),,-x FH_SHM) -np $$np $(BUILD)/fortran/test_vis || exit 1; \
 	done; done
 	$(MPIFC) $(FFLAGS) -I$(BUILD)/fortran tests/fortran/interop_f08.f90 $(BUILD)/fortran/firehose.o -o $(BUILD)/fortran/interop_f08 $(LINK)
 	@for np in 2 4 8; do \
@@ -211,7 +220,8 @@ test: deps lint test-rust loom tsan check-header lib check-man test-c test-c-mpi
 	@echo "make test: all suites passed"
 
 demo: lib $(BUILD)/examples/demo $(BUILD)/examples/bitonic $(BUILD)/examples/rpipe \
-      $(BUILD)/examples/shared_counter $(BUILD)/examples/lock_queue $(BUILD)/examples/split_barrier
+      $(BUILD)/examples/shared_counter $(BUILD)/examples/lock_queue $(BUILD)/examples/split_barrier \
+      $(BUILD)/examples/halo3d
 	timeout 300 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/demo
 	@echo "bitonic with FH_SHM=0: node peers' memory then goes through firehose (as off-node"
 	@echo "peers' would), not the kernel's single copy, so the hit rate below is firehose's"
@@ -220,6 +230,7 @@ demo: lib $(BUILD)/examples/demo $(BUILD)/examples/bitonic $(BUILD)/examples/rpi
 	timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/shared_counter
 	timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/lock_queue
 	timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/split_barrier
+	timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/halo3d
 
 bench: lib $(BENCHES)
 	@mkdir -p bench-results

@@ -136,6 +136,12 @@ module firehose
   integer(c_int), parameter :: RPIPE_BEST_FIT = 2
   integer(c_int), parameter :: RPIPE_WORST_FIT = 3
 
+  ! One piece of a vector transfer (mirrors struct fh_memvec_t): len bytes at addr.
+  type, bind(C) :: fh_memvec_t
+    type(c_ptr) :: addr
+    integer(c_size_t) :: len
+  end type fh_memvec_t
+
   ! Settings (mirrors struct fh_config_t). Initialise with
   ! fh_config_init(c_loc(cfg)), change fields, pass c_loc(cfg) to fh_init_comm_f.
   ! Unsigned C fields are integer(c_int) here.
@@ -1677,6 +1683,237 @@ module firehose
       type(c_ptr), value :: dst
       integer(c_int) :: fh_allgather
     end function fh_allgather
+
+    ! Non-contiguous RMA (seed 002 VIS): vector, indexed and strided put and get;
+    ! each also _nb (h_out) and _nbi. Lists are arrays; strides and counts in bytes.
+
+    function fh_putv(ctx, rank, dstcount, dstlist, srccount, srclist) bind(C, name="fh_putv")
+      import :: c_int, c_ptr, c_size_t, fh_memvec_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      integer(c_size_t), value :: dstcount
+      type(fh_memvec_t), intent(in) :: dstlist(*)
+      integer(c_size_t), value :: srccount
+      type(fh_memvec_t), intent(in) :: srclist(*)
+      integer(c_int) :: fh_putv
+    end function fh_putv
+
+    function fh_putv_nb(ctx, rank, dstcount, dstlist, srccount, srclist, h_out) bind(C, name="fh_putv_nb")
+      import :: c_int, c_int64_t, c_ptr, c_size_t, fh_memvec_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      integer(c_size_t), value :: dstcount
+      type(fh_memvec_t), intent(in) :: dstlist(*)
+      integer(c_size_t), value :: srccount
+      type(fh_memvec_t), intent(in) :: srclist(*)
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_putv_nb
+    end function fh_putv_nb
+
+    function fh_putv_nbi(ctx, rank, dstcount, dstlist, srccount, srclist) bind(C, name="fh_putv_nbi")
+      import :: c_int, c_ptr, c_size_t, fh_memvec_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      integer(c_size_t), value :: dstcount
+      type(fh_memvec_t), intent(in) :: dstlist(*)
+      integer(c_size_t), value :: srccount
+      type(fh_memvec_t), intent(in) :: srclist(*)
+      integer(c_int) :: fh_putv_nbi
+    end function fh_putv_nbi
+
+    function fh_getv(ctx, dstcount, dstlist, rank, srccount, srclist) bind(C, name="fh_getv")
+      import :: c_int, c_ptr, c_size_t, fh_memvec_t
+      type(c_ptr), value :: ctx
+      integer(c_size_t), value :: dstcount
+      type(fh_memvec_t), intent(in) :: dstlist(*)
+      integer(c_int), value :: rank
+      integer(c_size_t), value :: srccount
+      type(fh_memvec_t), intent(in) :: srclist(*)
+      integer(c_int) :: fh_getv
+    end function fh_getv
+
+    function fh_getv_nb(ctx, dstcount, dstlist, rank, srccount, srclist, h_out) bind(C, name="fh_getv_nb")
+      import :: c_int, c_int64_t, c_ptr, c_size_t, fh_memvec_t
+      type(c_ptr), value :: ctx
+      integer(c_size_t), value :: dstcount
+      type(fh_memvec_t), intent(in) :: dstlist(*)
+      integer(c_int), value :: rank
+      integer(c_size_t), value :: srccount
+      type(fh_memvec_t), intent(in) :: srclist(*)
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_getv_nb
+    end function fh_getv_nb
+
+    function fh_getv_nbi(ctx, dstcount, dstlist, rank, srccount, srclist) bind(C, name="fh_getv_nbi")
+      import :: c_int, c_ptr, c_size_t, fh_memvec_t
+      type(c_ptr), value :: ctx
+      integer(c_size_t), value :: dstcount
+      type(fh_memvec_t), intent(in) :: dstlist(*)
+      integer(c_int), value :: rank
+      integer(c_size_t), value :: srccount
+      type(fh_memvec_t), intent(in) :: srclist(*)
+      integer(c_int) :: fh_getv_nbi
+    end function fh_getv_nbi
+
+    function fh_puti(ctx, rank, dstcount, dstlist, dstlen, srccount, srclist, srclen) bind(C, name="fh_puti")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      integer(c_size_t), value :: dstcount
+      type(c_ptr), intent(in) :: dstlist(*)
+      integer(c_size_t), value :: dstlen
+      integer(c_size_t), value :: srccount
+      type(c_ptr), intent(in) :: srclist(*)
+      integer(c_size_t), value :: srclen
+      integer(c_int) :: fh_puti
+    end function fh_puti
+
+    function fh_puti_nb(ctx, rank, dstcount, dstlist, dstlen, srccount, srclist, srclen, h_out) bind(C, name="fh_puti_nb")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      integer(c_size_t), value :: dstcount
+      type(c_ptr), intent(in) :: dstlist(*)
+      integer(c_size_t), value :: dstlen
+      integer(c_size_t), value :: srccount
+      type(c_ptr), intent(in) :: srclist(*)
+      integer(c_size_t), value :: srclen
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_puti_nb
+    end function fh_puti_nb
+
+    function fh_puti_nbi(ctx, rank, dstcount, dstlist, dstlen, srccount, srclist, srclen) bind(C, name="fh_puti_nbi")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      integer(c_size_t), value :: dstcount
+      type(c_ptr), intent(in) :: dstlist(*)
+      integer(c_size_t), value :: dstlen
+      integer(c_size_t), value :: srccount
+      type(c_ptr), intent(in) :: srclist(*)
+      integer(c_size_t), value :: srclen
+      integer(c_int) :: fh_puti_nbi
+    end function fh_puti_nbi
+
+    function fh_geti(ctx, dstcount, dstlist, dstlen, rank, srccount, srclist, srclen) bind(C, name="fh_geti")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_size_t), value :: dstcount
+      type(c_ptr), intent(in) :: dstlist(*)
+      integer(c_size_t), value :: dstlen
+      integer(c_int), value :: rank
+      integer(c_size_t), value :: srccount
+      type(c_ptr), intent(in) :: srclist(*)
+      integer(c_size_t), value :: srclen
+      integer(c_int) :: fh_geti
+    end function fh_geti
+
+    function fh_geti_nb(ctx, dstcount, dstlist, dstlen, rank, srccount, srclist, srclen, h_out) bind(C, name="fh_geti_nb")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_size_t), value :: dstcount
+      type(c_ptr), intent(in) :: dstlist(*)
+      integer(c_size_t), value :: dstlen
+      integer(c_int), value :: rank
+      integer(c_size_t), value :: srccount
+      type(c_ptr), intent(in) :: srclist(*)
+      integer(c_size_t), value :: srclen
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_geti_nb
+    end function fh_geti_nb
+
+    function fh_geti_nbi(ctx, dstcount, dstlist, dstlen, rank, srccount, srclist, srclen) bind(C, name="fh_geti_nbi")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_size_t), value :: dstcount
+      type(c_ptr), intent(in) :: dstlist(*)
+      integer(c_size_t), value :: dstlen
+      integer(c_int), value :: rank
+      integer(c_size_t), value :: srccount
+      type(c_ptr), intent(in) :: srclist(*)
+      integer(c_size_t), value :: srclen
+      integer(c_int) :: fh_geti_nbi
+    end function fh_geti_nbi
+
+    function fh_puts(ctx, rank, dstaddr, dststrides, srcaddr, srcstrides, count, stridelevels) bind(C, name="fh_puts")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: dstaddr
+      integer(c_size_t), intent(in) :: dststrides(*)
+      type(c_ptr), value :: srcaddr
+      integer(c_size_t), intent(in) :: srcstrides(*)
+      integer(c_size_t), intent(in) :: count(*)
+      integer(c_size_t), value :: stridelevels
+      integer(c_int) :: fh_puts
+    end function fh_puts
+
+    function fh_puts_nb(ctx, rank, dstaddr, dststrides, srcaddr, srcstrides, count, stridelevels, h_out) bind(C, name="fh_puts_nb")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: dstaddr
+      integer(c_size_t), intent(in) :: dststrides(*)
+      type(c_ptr), value :: srcaddr
+      integer(c_size_t), intent(in) :: srcstrides(*)
+      integer(c_size_t), intent(in) :: count(*)
+      integer(c_size_t), value :: stridelevels
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_puts_nb
+    end function fh_puts_nb
+
+    function fh_puts_nbi(ctx, rank, dstaddr, dststrides, srcaddr, srcstrides, count, stridelevels) bind(C, name="fh_puts_nbi")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: dstaddr
+      integer(c_size_t), intent(in) :: dststrides(*)
+      type(c_ptr), value :: srcaddr
+      integer(c_size_t), intent(in) :: srcstrides(*)
+      integer(c_size_t), intent(in) :: count(*)
+      integer(c_size_t), value :: stridelevels
+      integer(c_int) :: fh_puts_nbi
+    end function fh_puts_nbi
+
+    function fh_gets(ctx, dstaddr, dststrides, rank, srcaddr, srcstrides, count, stridelevels) bind(C, name="fh_gets")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: dstaddr
+      integer(c_size_t), intent(in) :: dststrides(*)
+      integer(c_int), value :: rank
+      type(c_ptr), value :: srcaddr
+      integer(c_size_t), intent(in) :: srcstrides(*)
+      integer(c_size_t), intent(in) :: count(*)
+      integer(c_size_t), value :: stridelevels
+      integer(c_int) :: fh_gets
+    end function fh_gets
+
+    function fh_gets_nb(ctx, dstaddr, dststrides, rank, srcaddr, srcstrides, count, stridelevels, h_out) bind(C, name="fh_gets_nb")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: dstaddr
+      integer(c_size_t), intent(in) :: dststrides(*)
+      integer(c_int), value :: rank
+      type(c_ptr), value :: srcaddr
+      integer(c_size_t), intent(in) :: srcstrides(*)
+      integer(c_size_t), intent(in) :: count(*)
+      integer(c_size_t), value :: stridelevels
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_gets_nb
+    end function fh_gets_nb
+
+    function fh_gets_nbi(ctx, dstaddr, dststrides, rank, srcaddr, srcstrides, count, stridelevels) bind(C, name="fh_gets_nbi")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: dstaddr
+      integer(c_size_t), intent(in) :: dststrides(*)
+      integer(c_int), value :: rank
+      type(c_ptr), value :: srcaddr
+      integer(c_size_t), intent(in) :: srcstrides(*)
+      integer(c_size_t), intent(in) :: count(*)
+      integer(c_size_t), value :: stridelevels
+      integer(c_int) :: fh_gets_nbi
+    end function fh_gets_nbi
   end interface
 
 contains

@@ -513,6 +513,14 @@ typedef int fh_dtype_t;
  */
 typedef int fh_op_t;
 
+/**
+ * One piece of a vector transfer: `len` bytes at `addr`.
+ */
+typedef struct fh_memvec_t {
+  void *addr;
+  size_t len;
+} fh_memvec_t;
+
 
 
 #define FH_HANDLE_NULL 0
@@ -2112,6 +2120,284 @@ int fh_allreduce(struct fh_ctx_t *ctx,
  * Threads: one thread per context at a time. Not from AM handlers.
  */
 int fh_allgather(struct fh_ctx_t *ctx, const void *src, size_t nbytes, void *dst);
+
+/**
+ * Vector put (seed 002 VIS): the bytes of local pieces `srclist[0..srccount]`, in
+ * order, into the pieces `dstlist[0..dstcount]` of `rank`'s address space, in order.
+ * Pieces may have any sizes; only the totals must be equal (else FH_ERR_INVALID_ARG
+ * naming both). Zero-size pieces are skipped; a list may be NULL when its count is 0.
+ * The lists are read before the call returns (reuse them at once). Each piece may be
+ * any memory fh_put accepts; the whole call completes as one operation.
+ * Overlapping destination pieces get the bytes of one of them (unspecified which).
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
+ */
+int fh_putv(struct fh_ctx_t *ctx,
+            int rank,
+            size_t dstcount,
+            const struct fh_memvec_t *dstlist,
+            size_t srccount,
+            const struct fh_memvec_t *srclist);
+
+/**
+ * Non-blocking fh_putv: writes `*h_out` (FH_HANDLE_NULL if nothing moves); the
+ * source pieces must not be changed until the handle is synced (fh_wait, fh_test).
+ * A piece that needs a firehose move does not make the call wait.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
+ */
+int fh_putv_nb(struct fh_ctx_t *ctx,
+               int rank,
+               size_t dstcount,
+               const struct fh_memvec_t *dstlist,
+               size_t srccount,
+               const struct fh_memvec_t *srclist,
+               fh_handle_t *h_out);
+
+/**
+ * Implicit-handle fh_putv: completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
+ */
+int fh_putv_nbi(struct fh_ctx_t *ctx,
+                int rank,
+                size_t dstcount,
+                const struct fh_memvec_t *dstlist,
+                size_t srccount,
+                const struct fh_memvec_t *srclist);
+
+/**
+ * Vector get: the bytes of the pieces `srclist[0..srccount]` of `rank`'s address space,
+ * in order, into local pieces `dstlist[0..dstcount]`. Same rules as fh_putv.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
+ */
+int fh_getv(struct fh_ctx_t *ctx,
+            size_t dstcount,
+            const struct fh_memvec_t *dstlist,
+            int rank,
+            size_t srccount,
+            const struct fh_memvec_t *srclist);
+
+/**
+ * Non-blocking fh_getv: writes `*h_out` (FH_HANDLE_NULL if nothing moves); the
+ * destination pieces must not be read until the handle is synced (fh_wait, fh_test).
+ * A piece that needs a firehose move does not make the call wait.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
+ */
+int fh_getv_nb(struct fh_ctx_t *ctx,
+               size_t dstcount,
+               const struct fh_memvec_t *dstlist,
+               int rank,
+               size_t srccount,
+               const struct fh_memvec_t *srclist,
+               fh_handle_t *h_out);
+
+/**
+ * Implicit-handle fh_getv: completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
+ */
+int fh_getv_nbi(struct fh_ctx_t *ctx,
+                size_t dstcount,
+                const struct fh_memvec_t *dstlist,
+                int rank,
+                size_t srccount,
+                const struct fh_memvec_t *srclist);
+
+/**
+ * Indexed put (seed 002 VIS): `srccount` local pieces of `srclen` bytes at
+ * `srclist[i]`, in order, into `dstcount` pieces of `dstlen` bytes at `dstlist[i]` in
+ * `rank`'s address space; `dstcount * dstlen` must equal `srccount * srclen` (else
+ * FH_ERR_INVALID_ARG). Other rules as fh_putv.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
+ */
+int fh_puti(struct fh_ctx_t *ctx,
+            int rank,
+            size_t dstcount,
+            void *const *dstlist,
+            size_t dstlen,
+            size_t srccount,
+            void *const *srclist,
+            size_t srclen);
+
+/**
+ * Non-blocking fh_puti: writes `*h_out` (FH_HANDLE_NULL if nothing moves); the
+ * source pieces must not be changed until the handle is synced (fh_wait, fh_test).
+ * A piece that needs a firehose move does not make the call wait.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
+ */
+int fh_puti_nb(struct fh_ctx_t *ctx,
+               int rank,
+               size_t dstcount,
+               void *const *dstlist,
+               size_t dstlen,
+               size_t srccount,
+               void *const *srclist,
+               size_t srclen,
+               fh_handle_t *h_out);
+
+/**
+ * Implicit-handle fh_puti: completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
+ */
+int fh_puti_nbi(struct fh_ctx_t *ctx,
+                int rank,
+                size_t dstcount,
+                void *const *dstlist,
+                size_t dstlen,
+                size_t srccount,
+                void *const *srclist,
+                size_t srclen);
+
+/**
+ * Indexed get: `srccount` pieces of `srclen` bytes at `srclist[i]` in `rank`'s
+ * address space into `dstcount` local pieces of `dstlen` bytes at `dstlist[i]`.
+ * Same rules as fh_puti.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
+ */
+int fh_geti(struct fh_ctx_t *ctx,
+            size_t dstcount,
+            void *const *dstlist,
+            size_t dstlen,
+            int rank,
+            size_t srccount,
+            void *const *srclist,
+            size_t srclen);
+
+/**
+ * Non-blocking fh_geti: writes `*h_out` (FH_HANDLE_NULL if nothing moves); the
+ * destination pieces must not be read until the handle is synced (fh_wait, fh_test).
+ * A piece that needs a firehose move does not make the call wait.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
+ */
+int fh_geti_nb(struct fh_ctx_t *ctx,
+               size_t dstcount,
+               void *const *dstlist,
+               size_t dstlen,
+               int rank,
+               size_t srccount,
+               void *const *srclist,
+               size_t srclen,
+               fh_handle_t *h_out);
+
+/**
+ * Implicit-handle fh_geti: completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
+ */
+int fh_geti_nbi(struct fh_ctx_t *ctx,
+                size_t dstcount,
+                void *const *dstlist,
+                size_t dstlen,
+                int rank,
+                size_t srccount,
+                void *const *srclist,
+                size_t srclen);
+
+/**
+ * Strided put (seed 002 VIS): a rectangular section. `count[0]` is the contiguous
+ * bytes of a run, `count[1..=stridelevels]` the repetitions at each level, and
+ * `srcstrides[i]` / `dststrides[i]` the byte distance between elements of level
+ * `i + 1` on each side (stridelevels 0: one run of `count[0]` bytes). Runs go in order
+ * with level 1 fastest: the n-th byte of the source section lands on the n-th byte of
+ * the destination section in `rank`'s address space. A zero count moves nothing.
+ * Counts whose product or extent overflows are FH_ERR_INVALID_ARG. Other rules as
+ * fh_putv; adjacent runs are merged.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
+ */
+int fh_puts(struct fh_ctx_t *ctx,
+            int rank,
+            void *dstaddr,
+            const size_t *dststrides,
+            const void *srcaddr,
+            const size_t *srcstrides,
+            const size_t *count,
+            size_t stridelevels);
+
+/**
+ * Non-blocking fh_puts: writes `*h_out` (FH_HANDLE_NULL if nothing moves); the
+ * source pieces must not be changed until the handle is synced (fh_wait, fh_test).
+ * A piece that needs a firehose move does not make the call wait.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
+ */
+int fh_puts_nb(struct fh_ctx_t *ctx,
+               int rank,
+               void *dstaddr,
+               const size_t *dststrides,
+               const void *srcaddr,
+               const size_t *srcstrides,
+               const size_t *count,
+               size_t stridelevels,
+               fh_handle_t *h_out);
+
+/**
+ * Implicit-handle fh_puts: completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
+ */
+int fh_puts_nbi(struct fh_ctx_t *ctx,
+                int rank,
+                void *dstaddr,
+                const size_t *dststrides,
+                const void *srcaddr,
+                const size_t *srcstrides,
+                const size_t *count,
+                size_t stridelevels);
+
+/**
+ * Strided get: the section at `srcaddr` in `rank`'s address space into the local
+ * section at `dstaddr`. Same rules as fh_puts.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
+ */
+int fh_gets(struct fh_ctx_t *ctx,
+            void *dstaddr,
+            const size_t *dststrides,
+            int rank,
+            const void *srcaddr,
+            const size_t *srcstrides,
+            const size_t *count,
+            size_t stridelevels);
+
+/**
+ * Non-blocking fh_gets: writes `*h_out` (FH_HANDLE_NULL if nothing moves); the
+ * destination pieces must not be read until the handle is synced (fh_wait, fh_test).
+ * A piece that needs a firehose move does not make the call wait.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
+ */
+int fh_gets_nb(struct fh_ctx_t *ctx,
+               void *dstaddr,
+               const size_t *dststrides,
+               int rank,
+               const void *srcaddr,
+               const size_t *srcstrides,
+               const size_t *count,
+               size_t stridelevels,
+               fh_handle_t *h_out);
+
+/**
+ * Implicit-handle fh_gets: completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
+ */
+int fh_gets_nbi(struct fh_ctx_t *ctx,
+                void *dstaddr,
+                const size_t *dststrides,
+                int rank,
+                const void *srcaddr,
+                const size_t *srcstrides,
+                const size_t *count,
+                size_t stridelevels);
 
 #ifdef __cplusplus
 }  // extern "C"

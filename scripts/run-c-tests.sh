@@ -96,6 +96,11 @@ extra test_coll 4 - FH_BCAST_LAMBDA=1
 extra test_coll 4 - FH_SHM=0
 # Rank counts that are not powers of two ($NPS is 2 4 8).
 extra test_coll 3 -
+# Non-contiguous RMA: 3 ranks, every access through MPI and firehose (FH_SHM=0), and
+# firehose under pressure (tiny M: the sections' runs are pinned a few at a time).
+extra test_vis 3 -
+for np in 2 4 8; do extra test_vis "$np" - FH_SHM=0; done
+extra test_vis 4 - FH_SHM=0 FH_FIREHOSE_MODE=page FH_FIREHOSE_M=64K FH_FIREHOSE_MAXVICTIM_M=16K
 extra test_coll 5 -
 extra test_barrier 3 -
 extra test_barrier 5 -

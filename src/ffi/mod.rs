@@ -27,6 +27,7 @@ pub mod rma;
 pub mod rpipe;
 pub mod status;
 pub mod sync;
+pub mod vis;
 
 /// Run `f`, turning errors and panics into a status code.
 pub fn guard_status(f: impl FnOnce() -> Result<c_int>) -> c_int {

@@ -62,8 +62,18 @@ pub(crate) enum Started {
 
 #[derive(Clone)]
 pub(crate) enum Op {
-    Issued { rank: usize, seq: u64 },
+    Issued {
+        rank: usize,
+        seq: u64,
+    },
     Deferred(DeferredRef),
+    /// A non-contiguous transfer (`vis`): the pieces issued at once are complete
+    /// with operation `seq` to `rank`; the others wait for their moves.
+    Group {
+        rank: usize,
+        seq: u64,
+        deferred: Arc<[DeferredRef]>,
+    },
 }
 
 #[derive(Default)]
@@ -122,6 +132,26 @@ impl RmaState {
 
     pub(crate) fn new_deferred(&self, d: DeferredRef) -> Handle {
         Self::slot_for(&mut self.inner.lock(), Op::Deferred(d))
+    }
+
+    /// A handle for pieces issued to `rank` (complete with the next sequence
+    /// number) and `deferred` ones waiting for their moves.
+    pub(crate) fn new_group(&self, rank: usize, deferred: Vec<DeferredRef>) -> Handle {
+        if deferred.is_empty() {
+            return self.new_handle(rank);
+        }
+        let mut g = self.inner.lock();
+        g.issued[rank] += 1;
+        let seq = g.issued[rank];
+        let deferred = deferred.into();
+        Self::slot_for(
+            &mut g,
+            Op::Group {
+                rank,
+                seq,
+                deferred,
+            },
+        )
     }
 
     /// A deferred handle was issued as operation `seq` to `rank`.

@@ -9,6 +9,8 @@
 //! Puts complete remotely (the data is visible at the target), gets locally.
 
 pub mod handles;
+pub mod shape;
+pub mod vis;
 
 use handles::{DState, Deferred, DeferredRef, Dir, Op, Started};
 pub use handles::{Handle, RmaState, HANDLE_NULL, NBI_ALL, NBI_GETS, NBI_PUTS};
@@ -661,38 +663,34 @@ impl CtxInner {
         }
         let (rank, seq) = match self.rma.lookup(h)? {
             Op::Issued { rank, seq } => (rank, seq),
-            Op::Deferred(d) => {
-                if matches!(d.lock().state, DState::Waiting | DState::Ready(_)) {
-                    // Let the answer in (progress issues it when it is there).
-                    if !super::am::in_handler() {
-                        self.progress_once()?;
-                        let r = d.lock().rank;
-                        if self.fh.starved[r].swap(false, std::sync::atomic::Ordering::AcqRel) {
-                            // Its move needs firehoses our operations in flight hold.
-                            initiator::recover(self, r)?;
+            Op::Deferred(d) => match self.deferred_seq(&d) {
+                Ok(Some((rank, seq))) => {
+                    self.rma.set_issued(h, rank, seq);
+                    (rank, seq)
+                }
+                Ok(None) => return Ok(false),
+                Err(e) => {
+                    self.rma.retire(h);
+                    return Err(e);
+                }
+            },
+            Op::Group {
+                rank,
+                seq,
+                deferred,
+            } => {
+                let mut last = seq;
+                for d in deferred.iter() {
+                    match self.deferred_seq(d) {
+                        Ok(Some((_, s))) => last = last.max(s),
+                        Ok(None) => return Ok(false),
+                        Err(e) => {
+                            self.rma.retire(h);
+                            return Err(e);
                         }
                     }
-                    self.rma_progress();
                 }
-                let mut g = d.lock();
-                let rank = g.rank;
-                match &mut g.state {
-                    DState::Issued(seq) => {
-                        let seq = *seq;
-                        drop(g);
-                        self.rma.set_issued(h, rank, seq);
-                        (rank, seq)
-                    }
-                    DState::Failed(e) => {
-                        let e = e.take().unwrap_or_else(|| {
-                            crate::err!(Internal, "non-blocking transfer failed earlier")
-                        });
-                        drop(g);
-                        self.rma.retire(h);
-                        return Err(e);
-                    }
-                    DState::Waiting | DState::Ready(_) => return Ok(false),
-                }
+                (rank, last)
             }
         };
         if !self.rma.is_complete(rank, seq) {
@@ -707,6 +705,33 @@ impl CtxInner {
         self.rma.retire(h);
         self.maybe_poll();
         Ok(true)
+    }
+
+    /// Where a deferred transfer stands: `Some((rank, seq))` once issued, `None`
+    /// while its move is in flight (after letting the answer in), its error once
+    /// refused.
+    fn deferred_seq(&self, d: &DeferredRef) -> Result<Option<(usize, u64)>> {
+        if matches!(d.lock().state, DState::Waiting | DState::Ready(_)) {
+            // Let the answer in (progress issues it when it is there).
+            if !super::am::in_handler() {
+                self.progress_once()?;
+                let r = d.lock().rank;
+                if self.fh.starved[r].swap(false, std::sync::atomic::Ordering::AcqRel) {
+                    // Its move needs firehoses our operations in flight hold.
+                    initiator::recover(self, r)?;
+                }
+            }
+            self.rma_progress();
+        }
+        let mut g = d.lock();
+        let rank = g.rank;
+        match &mut g.state {
+            DState::Issued(seq) => Ok(Some((rank, *seq))),
+            DState::Failed(e) => Err(e
+                .take()
+                .unwrap_or_else(|| crate::err!(Internal, "non-blocking transfer failed earlier"))),
+            DState::Waiting | DState::Ready(_) => Ok(None),
+        }
     }
 
     pub fn wait(&self, h: Handle) -> Result<()> {
