@@ -113,16 +113,25 @@ static void model(unsigned char *area, const shape_t *dst, const shape_t *src, i
     }
 }
 
+/* The runs of `s` from `base` as a vector list and as an index list. */
+static fh_memvec_t dv[MAXRUNS], sv[MAXRUNS];
+static void *di[MAXRUNS], *si[MAXRUNS];
+static void lists(unsigned char *base, const shape_t *s, fh_memvec_t *v, void **ix) {
+  for (size_t i = 0; i < s->nruns; i++) {
+    v[i].addr = base + s->run_off[i];
+    v[i].len = s->run_len[i];
+    ix[i] = v[i].addr;
+  }
+}
+
 /* Issue one put of `src` (local base sbase) into `dst` (remote base dbase) in the
  * form `form` (0 vector, 1 indexed, 2 strided) and completion `how`
  * (0 blocking, 1 _nb, 2 _nbi). Indexed needs equal run lengths (strided shapes). */
 static void put(fh_ctx_t *ctx, int rank, unsigned char *dbase, const shape_t *d,
                 unsigned char *sbase, const shape_t *s, int form, int how) {
-  static fh_memvec_t dv[MAXRUNS], sv[MAXRUNS];
-  static void *di[MAXRUNS], *si[MAXRUNS];
   fh_handle_t h = FH_HANDLE_NULL;
-  for (size_t i = 0; i < d->nruns; i++) { dv[i].addr = dbase + d->run_off[i]; dv[i].len = d->run_len[i]; di[i] = dv[i].addr; }
-  for (size_t i = 0; i < s->nruns; i++) { sv[i].addr = sbase + s->run_off[i]; sv[i].len = s->run_len[i]; si[i] = sv[i].addr; }
+  lists(dbase, d, dv, di);
+  lists(sbase, s, sv, si);
   if (form == 0) {
     if (how == 0) CALL(fh_putv(ctx, rank, d->nruns, dv, s->nruns, sv));
     if (how == 1) CALL(fh_putv_nb(ctx, rank, d->nruns, dv, s->nruns, sv, &h));
@@ -143,11 +152,9 @@ static void put(fh_ctx_t *ctx, int rank, unsigned char *dbase, const shape_t *d,
 
 static void get(fh_ctx_t *ctx, unsigned char *dbase, const shape_t *d, int rank,
                 unsigned char *sbase, const shape_t *s, int form, int how) {
-  static fh_memvec_t dv[MAXRUNS], sv[MAXRUNS];
-  static void *di[MAXRUNS], *si[MAXRUNS];
   fh_handle_t h = FH_HANDLE_NULL;
-  for (size_t i = 0; i < d->nruns; i++) { dv[i].addr = dbase + d->run_off[i]; dv[i].len = d->run_len[i]; di[i] = dv[i].addr; }
-  for (size_t i = 0; i < s->nruns; i++) { sv[i].addr = sbase + s->run_off[i]; sv[i].len = s->run_len[i]; si[i] = sv[i].addr; }
+  lists(dbase, d, dv, di);
+  lists(sbase, s, sv, si);
   if (form == 0) {
     if (how == 0) CALL(fh_getv(ctx, d->nruns, dv, rank, s->nruns, sv));
     if (how == 1) CALL(fh_getv_nb(ctx, d->nruns, dv, rank, s->nruns, sv, &h));

@@ -205,25 +205,23 @@ pub fn pair(dst: &Side, src: &Side) -> Result<Vec<Segment>> {
             src: b.addr,
             len,
         });
-        dr = if a.len > len {
-            Some(Run {
-                addr: a.addr + len,
-                len: a.len - len,
-            })
-        } else {
-            d.next()
-        };
-        sr = if b.len > len {
-            Some(Run {
-                addr: b.addr + len,
-                len: b.len - len,
-            })
-        } else {
-            s.next()
-        };
+        dr = rest(a, len, &mut d);
+        sr = rest(b, len, &mut s);
     }
     debug_assert!(dr.is_none() && sr.is_none(), "equal totals end together");
     Ok(out)
+}
+
+/// What is left of `r` after its first `len` bytes, else the next run.
+fn rest(r: Run, len: usize, next: &mut impl Iterator<Item = Run>) -> Option<Run> {
+    if r.len > len {
+        Some(Run {
+            addr: r.addr + len,
+            len: r.len - len,
+        })
+    } else {
+        next.next()
+    }
 }
 
 #[cfg(test)]
