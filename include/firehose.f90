@@ -485,6 +485,14 @@ module firehose
       integer(c_int) :: fh_wait_some
     end function fh_wait_some
 
+    function fh_test_some(ctx, hs, n) bind(C, name="fh_test_some")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int64_t), intent(inout) :: hs(*)
+      integer(c_size_t), value :: n
+      integer(c_int) :: fh_test_some
+    end function fh_test_some
+
     function fh_wait_nbi(ctx, which) bind(C, name="fh_wait_nbi")
       import :: c_int, c_ptr
       type(c_ptr), value :: ctx
@@ -1914,6 +1922,116 @@ module firehose
       integer(c_size_t), value :: stridelevels
       integer(c_int) :: fh_gets_nbi
     end function fh_gets_nbi
+
+    ! ---- value forms, memset, access regions, handler-safe locks ----
+    ! Value forms: nbytes 1, 2, 4 or 8; the low 8*nbytes bits of value are written.
+    function fh_put_val(ctx, rank, dst, value, nbytes) bind(C, name="fh_put_val")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: dst
+      integer(c_int64_t), value :: value
+      integer(c_size_t), value :: nbytes
+      integer(c_int) :: fh_put_val
+    end function fh_put_val
+
+    function fh_get_val(ctx, rank, src, nbytes, value_out) bind(C, name="fh_get_val")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: src
+      integer(c_size_t), value :: nbytes
+      integer(c_int64_t), intent(out) :: value_out
+      integer(c_int) :: fh_get_val
+    end function fh_get_val
+
+    function fh_memset(ctx, rank, dst, value, nbytes) bind(C, name="fh_memset")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: dst
+      integer(c_int), value :: value
+      integer(c_size_t), value :: nbytes
+      integer(c_int) :: fh_memset
+    end function fh_memset
+
+    function fh_memset_nb(ctx, rank, dst, value, nbytes, h_out) bind(C, name="fh_memset_nb")
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: dst
+      integer(c_int), value :: value
+      integer(c_size_t), value :: nbytes
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_memset_nb
+    end function fh_memset_nb
+
+    function fh_memset_nbi(ctx, rank, dst, value, nbytes) bind(C, name="fh_memset_nbi")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: dst
+      integer(c_int), value :: value
+      integer(c_size_t), value :: nbytes
+      integer(c_int) :: fh_memset_nbi
+    end function fh_memset_nbi
+
+    function fh_begin_nbi_accessregion(ctx) bind(C, name="fh_begin_nbi_accessregion")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int) :: fh_begin_nbi_accessregion
+    end function fh_begin_nbi_accessregion
+
+    function fh_end_nbi_accessregion(ctx, h_out) bind(C, name="fh_end_nbi_accessregion")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int64_t), intent(out) :: h_out
+      integer(c_int) :: fh_end_nbi_accessregion
+    end function fh_end_nbi_accessregion
+
+    function fh_hsl_init(ctx, hsl_out) bind(C, name="fh_hsl_init")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+      type(c_ptr), intent(out) :: hsl_out
+      integer(c_int) :: fh_hsl_init
+    end function fh_hsl_init
+
+    function fh_hsl_lock(hsl) bind(C, name="fh_hsl_lock")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: hsl
+      integer(c_int) :: fh_hsl_lock
+    end function fh_hsl_lock
+
+    ! FH_OK or FH_NOT_READY (another thread holds it).
+    function fh_hsl_trylock(hsl) bind(C, name="fh_hsl_trylock")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: hsl
+      integer(c_int) :: fh_hsl_trylock
+    end function fh_hsl_trylock
+
+    function fh_hsl_unlock(hsl) bind(C, name="fh_hsl_unlock")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: hsl
+      integer(c_int) :: fh_hsl_unlock
+    end function fh_hsl_unlock
+
+    function fh_hsl_destroy(hsl) bind(C, name="fh_hsl_destroy")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: hsl
+      integer(c_int) :: fh_hsl_destroy
+    end function fh_hsl_destroy
+
+    function fh_hold_interrupts(ctx) bind(C, name="fh_hold_interrupts")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int) :: fh_hold_interrupts
+    end function fh_hold_interrupts
+
+    function fh_resume_interrupts(ctx) bind(C, name="fh_resume_interrupts")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int) :: fh_resume_interrupts
+    end function fh_resume_interrupts
   end interface
 
 contains

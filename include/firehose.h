@@ -36,7 +36,23 @@
  *    (FH_PROGRESS=thread). They must not block; they may call fh_am_reply_* (once,
  *    from request handlers), fh_am_source, fh_rank, fh_size, fh_am_max_*,
  *    fh_strerror, fh_last_error, the try/partial pin calls, fh_pin_bounds and
- *    fh_release. Blocking calls return FH_ERR_STATE inside handlers.
+ *    fh_release, the fh_hsl_* calls and fh_hold/resume_interrupts. Blocking calls
+ *    return FH_ERR_STATE inside handlers.
+ *  - Data shared between handlers and the rest of the program: protect it with a
+ *    handler-safe lock (fh_hsl_*) or a no-interrupt section (fh_hold_interrupts ..
+ *    fh_resume_interrupts). While a thread holds an hsl or is in a section, no
+ *    application handler runs on that thread: frames for one are kept and run, in
+ *    arrival order, when the thread leaves (or by another thread's progress), so a
+ *    handler never waits for an hsl held by the code it interrupted. The library's
+ *    own protocol still runs, so blocking calls complete inside a section; but do
+ *    not wait there for something one of your handlers on this rank must do first.
+ *  - With the progress thread (FH_PROGRESS=thread) handlers run there, concurrently
+ *    with the program: a handler waiting for an hsl stalls the library's progress
+ *    until the holder releases it, so hold one around short code that makes no
+ *    other library call.
+ *  - A handler may take an hsl and must release it before it returns; one that
+ *    returns holding an hsl (or a section it opened) is an error: the library
+ *    releases it and reports FH_ERR_STATE at the next fh_poll or sync call.
  *  - Handlers must return normally: no longjmp and no C++ exception may leave a
  *    handler (it would unwind through the library's frames).
  */
@@ -235,6 +251,12 @@ typedef struct fh_token_t fh_token_t;
  * pointer to memory (`handle`).
  */
 typedef struct fh_ctx_t fh_ctx_t;
+
+/**
+ * Opaque handler-safe lock (`fh_hsl_t *`): a generation-checked table entry
+ * (`super::handle`); after `fh_hsl_destroy` the handle is stale (FH_ERR_STATE).
+ */
+typedef struct fh_hsl_t fh_hsl_t;
 
 /**
  * Opaque distributed lock (`fh_lock_t *`): a generation-checked table entry
@@ -1468,6 +1490,122 @@ int fh_atomic_fetch_xor_i64_nb(struct fh_ctx_t *ctx,
                                fh_handle_t *h_out);
 
 /**
+ * Write the low `8 * nbytes` bits of `value` (nbytes 1, 2, 4 or 8; else
+ * FH_ERR_INVALID_ARG) as an integer of that size at `dst` on `rank` (any address
+ * fh_put accepts); returns when it is visible there.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
+ */
+int fh_put_val(struct fh_ctx_t *ctx, int rank, void *dst, uint64_t value, size_t nbytes);
+
+/**
+ * Read the integer of `nbytes` bytes (1, 2, 4 or 8) at `src` on `rank` into
+ * `*value_out`, zero-extended.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
+ */
+int fh_get_val(struct fh_ctx_t *ctx, int rank, const void *src, size_t nbytes, uint64_t *value_out);
+
+/**
+ * Set `nbytes` bytes at `dst` on `rank` (any address fh_put accepts) to `value`
+ * (converted to unsigned char, as memset does); returns when they are visible there.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
+ */
+int fh_memset(struct fh_ctx_t *ctx, int rank, void *dst, int value, size_t nbytes);
+
+/**
+ * Non-blocking fh_memset: writes `*h_out` (FH_HANDLE_NULL if nbytes is 0); sync it
+ * with fh_wait / fh_test. A part that needs a firehose move does not make the call
+ * wait.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
+ */
+int fh_memset_nb(struct fh_ctx_t *ctx,
+                 int rank,
+                 void *dst,
+                 int value,
+                 size_t nbytes,
+                 fh_handle_t *h_out);
+
+/**
+ * Implicit-handle fh_memset: completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi,
+ * or by the handle of the access region it was issued in.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
+ */
+int fh_memset_nbi(struct fh_ctx_t *ctx, int rank, void *dst, int value, size_t nbytes);
+
+/**
+ * Open an access region: every implicit-handle operation (fh_*_nbi) this thread
+ * initiates on `ctx` until fh_end_nbi_accessregion is completed by the one handle
+ * the end returns, not by fh_wait_nbi. One region per context at a time; regions do
+ * not nest (FH_ERR_STATE).
+ * Threads: any thread; the region belongs to it (other threads' operations are not in
+ * it). Not from AM handlers.
+ */
+int fh_begin_nbi_accessregion(struct fh_ctx_t *ctx);
+
+/**
+ * Close this thread's access region and write the handle of everything it initiated
+ * to `*h_out` (FH_HANDLE_NULL if nothing): sync it with fh_wait, fh_test or the
+ * _all/_some forms; it reports the first error of its operations. FH_ERR_STATE if
+ * no region is open or another thread opened it.
+ * Threads: the thread that opened the region. Not from AM handlers.
+ */
+int fh_end_nbi_accessregion(struct fh_ctx_t *ctx, fh_handle_t *h_out);
+
+/**
+ * Create a handler-safe lock (local to this process; not collective): a mutex that
+ * application code and AM handlers may share. While a thread holds one, AM handlers
+ * do not run on that thread (see the header's handler notes).
+ * Threads: any thread, concurrently with other calls. Also from AM handlers.
+ */
+int fh_hsl_init(struct fh_ctx_t *ctx, struct fh_hsl_t **hsl_out);
+
+/**
+ * Block until this thread holds the lock. FH_ERR_STATE if it already does (not
+ * recursive). A handler may take one, and must release it before it returns.
+ * Threads: any thread. Also from AM handlers.
+ */
+int fh_hsl_lock(struct fh_hsl_t *hsl);
+
+/**
+ * Take the lock if it is free: FH_OK, or FH_NOT_READY if another thread holds it.
+ * Threads: any thread. Also from AM handlers.
+ */
+int fh_hsl_trylock(struct fh_hsl_t *hsl);
+
+/**
+ * Release the lock (FH_ERR_STATE unless this thread holds it). Handlers postponed
+ * while it was held run now, unless the thread still holds another hold.
+ * Threads: the thread that took it. Also from AM handlers.
+ */
+int fh_hsl_unlock(struct fh_hsl_t *hsl);
+
+/**
+ * Destroy the lock: FH_ERR_STATE if it is held (the handle stays valid then).
+ * Threads: any thread; not concurrently with other calls on this lock. Also from AM handlers.
+ */
+int fh_hsl_destroy(struct fh_hsl_t *hsl);
+
+/**
+ * Begin a no-interrupt section on this thread (nestable): until the matching
+ * fh_resume_interrupts, AM handlers that this thread's progress receives are kept
+ * and run later, so data they share with this code needs no lock. The library's
+ * own protocol keeps running, so blocking calls still complete.
+ * Threads: any thread (the section is the calling thread's). Also from AM handlers.
+ */
+int fh_hold_interrupts(struct fh_ctx_t *ctx);
+
+/**
+ * End the innermost no-interrupt section of this thread (FH_ERR_STATE without
+ * one); at the outermost, the handlers kept meanwhile run now, in arrival order.
+ * Threads: the thread that held them. Also from AM handlers.
+ */
+int fh_resume_interrupts(struct fh_ctx_t *ctx);
+
+/**
  * Pin local `[addr, addr+len)` (for conduits that need the local side of a transfer
  * registered; on the MPI conduit it also locks the pages). Blocks while the local
  * share (MAXVICTIM) is used by operations in flight. Errors: FH_ERR_INVALID_ARG
@@ -1774,14 +1912,16 @@ int fh_get_nb(struct fh_ctx_t *ctx,
               fh_handle_t *h_out);
 
 /**
- * Implicit-handle put, completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi.
+ * Implicit-handle put, completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi, or by the
+ * handle of the access region it was issued in.
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 int fh_put_nbi(struct fh_ctx_t *ctx, int rank, void *dst, const void *src, size_t nbytes);
 
 /**
- * Implicit-handle get, completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi.
+ * Implicit-handle get, completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi, or by the
+ * handle of the access region it was issued in.
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
@@ -1825,6 +1965,16 @@ int fh_test_all(struct fh_ctx_t *ctx, fh_handle_t *hs, size_t n);
  * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */
 int fh_wait_some(struct fh_ctx_t *ctx, fh_handle_t *hs, size_t n);
+
+/**
+ * The try form of fh_wait_some: complete what can be completed now without waiting.
+ * FH_OK if at least one of the `n` handles completed (those become
+ * FH_HANDLE_NULL) or all already were FH_HANDLE_NULL, else FH_NOT_READY. A handle
+ * whose operation failed becomes FH_HANDLE_NULL and its error is returned.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
+ */
+int fh_test_some(struct fh_ctx_t *ctx, fh_handle_t *hs, size_t n);
 
 /**
  * Complete every implicit-handle operation of kind `which` (FH_NBI_PUTS,
@@ -2155,7 +2305,8 @@ int fh_putv_nb(struct fh_ctx_t *ctx,
                fh_handle_t *h_out);
 
 /**
- * Implicit-handle fh_putv: completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi.
+ * Implicit-handle fh_putv: completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi, or
+ * by the handle of the access region it was issued in.
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
@@ -2195,7 +2346,8 @@ int fh_getv_nb(struct fh_ctx_t *ctx,
                fh_handle_t *h_out);
 
 /**
- * Implicit-handle fh_getv: completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi.
+ * Implicit-handle fh_getv: completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi, or
+ * by the handle of the access region it was issued in.
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
@@ -2241,7 +2393,8 @@ int fh_puti_nb(struct fh_ctx_t *ctx,
                fh_handle_t *h_out);
 
 /**
- * Implicit-handle fh_puti: completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi.
+ * Implicit-handle fh_puti: completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi, or
+ * by the handle of the access region it was issued in.
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
@@ -2288,7 +2441,8 @@ int fh_geti_nb(struct fh_ctx_t *ctx,
                fh_handle_t *h_out);
 
 /**
- * Implicit-handle fh_geti: completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi.
+ * Implicit-handle fh_geti: completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi, or
+ * by the handle of the access region it was issued in.
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
@@ -2340,7 +2494,8 @@ int fh_puts_nb(struct fh_ctx_t *ctx,
                fh_handle_t *h_out);
 
 /**
- * Implicit-handle fh_puts: completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi.
+ * Implicit-handle fh_puts: completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi, or
+ * by the handle of the access region it was issued in.
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
@@ -2386,7 +2541,8 @@ int fh_gets_nb(struct fh_ctx_t *ctx,
                fh_handle_t *h_out);
 
 /**
- * Implicit-handle fh_gets: completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi.
+ * Implicit-handle fh_gets: completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi, or
+ * by the handle of the access region it was issued in.
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */

@@ -146,7 +146,7 @@ def function(shape, d, form):
                    "A piece that needs a firehose move does not make the call wait.")
     else:
         which = "PUTS" if d == "put" else "GETS"
-        text = doc(f"Implicit-handle {base}: completed by fh_wait_nbi(FH_NBI_{which}) / fh_test_nbi.")
+        text = doc(f"Implicit-handle {base}: completed by fh_wait_nbi(FH_NBI_{which}) / fh_test_nbi, or\nby the handle of the access region it was issued in.")
     how = {"": "Completion::Blocking", "nb": "Completion::Explicit", "nbi": "Completion::Implicit"}[form]
     call = (f"c.vis_put(rank as i64, &dst, &src, {how})?" if d == "put"
             else f"c.vis_get(&dst, rank as i64, &src, {how})?")

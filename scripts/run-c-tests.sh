@@ -101,6 +101,11 @@ extra test_coll 3 -
 extra test_vis 3 -
 for np in 2 4 8; do extra test_vis "$np" - FH_SHM=0; done
 extra test_vis 4 - FH_SHM=0 FH_FIREHOSE_MODE=page FH_FIREHOSE_M=64K FH_FIREHOSE_MAXVICTIM_M=16K
+# Value forms, memset, access regions, handler-safe locks: through MPI and firehose,
+# and with handlers on the progress thread.
+extra test_extended 3 -
+extra test_extended 4 - FH_SHM=0
+extra test_extended 4 - FH_PROGRESS=thread
 extra test_coll 5 -
 extra test_barrier 3 -
 extra test_barrier 5 -

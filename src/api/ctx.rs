@@ -154,6 +154,7 @@ impl CtxInner {
         if st == State::Finalized as u8 {
             return Ok(0);
         }
+        self.run_postponed();
         let n = self
             .conduit
             .am_poll(&mut |src, bytes, long| self.dispatch(src, bytes, long))?;

@@ -15,6 +15,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 pub mod am;
 pub mod atomic;
+pub mod extended;
 pub mod firehose;
 pub mod handle;
 pub mod init;

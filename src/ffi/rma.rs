@@ -116,7 +116,8 @@ pub extern "C" fn fh_get_nb(
     })
 }
 
-/// Implicit-handle put, completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi.
+/// Implicit-handle put, completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi, or by the
+/// handle of the access region it was issued in.
 /// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
 /// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
@@ -135,7 +136,8 @@ pub extern "C" fn fh_put_nbi(
     })
 }
 
-/// Implicit-handle get, completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi.
+/// Implicit-handle get, completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi, or by the
+/// handle of the access region it was issued in.
 /// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
 /// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
@@ -230,6 +232,25 @@ pub extern "C" fn fh_wait_some(ctx: *mut fh_ctx_t, hs: *mut fh_handle_t, n: usiz
         let hs = unsafe { slice_mut(hs, n, "hs")? };
         c.wait_some(hs)?;
         OK
+    })
+}
+
+/// The try form of fh_wait_some: complete what can be completed now without waiting.
+/// FH_OK if at least one of the `n` handles completed (those become
+/// FH_HANDLE_NULL) or all already were FH_HANDLE_NULL, else FH_NOT_READY. A handle
+/// whose operation failed becomes FH_HANDLE_NULL and its error is returned.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
+#[no_mangle]
+pub extern "C" fn fh_test_some(ctx: *mut fh_ctx_t, hs: *mut fh_handle_t, n: usize) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: ctx_ref checks the handle; the context is not finalized concurrently
+        // with this call (header contract).
+        let c = unsafe { ctx_ref(ctx)? };
+        // SAFETY: hs points to n writable handles, not accessed elsewhere during this
+        // call (caller contract); slice_mut refuses NULL with a non-zero count.
+        let hs = unsafe { slice_mut(hs, n, "hs")? };
+        Ok(if c.test_some(hs)? { 0 } else { 1 })
     })
 }
 

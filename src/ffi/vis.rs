@@ -123,7 +123,8 @@ pub extern "C" fn fh_putv_nb(
     })
 }
 
-/// Implicit-handle fh_putv: completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi.
+/// Implicit-handle fh_putv: completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi, or
+/// by the handle of the access region it was issued in.
 /// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
 /// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
@@ -198,7 +199,8 @@ pub extern "C" fn fh_getv_nb(
     })
 }
 
-/// Implicit-handle fh_getv: completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi.
+/// Implicit-handle fh_getv: completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi, or
+/// by the handle of the access region it was issued in.
 /// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
 /// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
@@ -279,7 +281,8 @@ pub extern "C" fn fh_puti_nb(
     })
 }
 
-/// Implicit-handle fh_puti: completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi.
+/// Implicit-handle fh_puti: completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi, or
+/// by the handle of the access region it was issued in.
 /// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
 /// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
@@ -361,7 +364,8 @@ pub extern "C" fn fh_geti_nb(
     })
 }
 
-/// Implicit-handle fh_geti: completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi.
+/// Implicit-handle fh_geti: completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi, or
+/// by the handle of the access region it was issued in.
 /// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
 /// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
@@ -448,7 +452,8 @@ pub extern "C" fn fh_puts_nb(
     })
 }
 
-/// Implicit-handle fh_puts: completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi.
+/// Implicit-handle fh_puts: completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi, or
+/// by the handle of the access region it was issued in.
 /// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
 /// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
@@ -529,7 +534,8 @@ pub extern "C" fn fh_gets_nb(
     })
 }
 
-/// Implicit-handle fh_gets: completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi.
+/// Implicit-handle fh_gets: completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi, or
+/// by the handle of the access region it was issued in.
 /// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
 /// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]

@@ -16,6 +16,7 @@
 //! The state (handler table, credits, tokens) is in [`table`]; this file is the
 //! engine: registration, sending, replying, dispatch.
 
+pub mod hsl;
 pub mod table;
 
 pub use table::*;
@@ -38,6 +39,15 @@ impl Token {
         // and `dispatch` erased exactly a `&CtxInner` into it.
         unsafe { &*(self.ctx as *const CtxInner) }
     }
+}
+
+/// Who an application handler call is for.
+struct UserCall {
+    src: usize,
+    is_request: bool,
+    index: u8,
+    f: HandlerFn,
+    user: usize,
 }
 
 /// A frame's head, but for the credits it carries (`CtxInner::frame_for`).
@@ -383,36 +393,125 @@ impl CtxInner {
                 (dst as *mut c_void, len)
             }
         };
+        if let Handler::User { f: func, user } = handler {
+            let call = UserCall {
+                src,
+                is_request,
+                index: f.handler,
+                f: func,
+                user,
+            };
+            if hsl::interrupts_held() {
+                self.postpone(call, f.args(), buf, nbytes, f.category == Category::Long);
+            } else {
+                self.run_postponed();
+                self.run_user(&call, buf, nbytes, f.args());
+            }
+            return Ok(());
+        }
+        let Handler::Internal(func) = handler else {
+            unreachable!("user handlers returned above")
+        };
         let tok = Token::new(self as *const CtxInner as *const (), src, is_request);
         HANDLERS_RUNNING.fetch_add(1, Ordering::AcqRel);
         let prev = IN_HANDLER.with(|h| h.replace(true));
-        let r = match handler {
-            Handler::User { f: func, user } => {
-                let args = f.args();
-                // SAFETY: calling the application's handler with the documented
-                // arguments: a token valid for this call, the payload (valid for this
-                // call), and the args array of nargs entries.
-                unsafe {
-                    func(
-                        &tok as *const Token as *mut Token,
-                        buf,
-                        nbytes,
-                        args.as_ptr(),
-                        args.len(),
-                        user as *mut c_void,
-                    )
-                };
-                Ok(())
-            }
-            Handler::Internal(func) => {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| func(self, &tok, f)))
-                    .map_err(|_| err!(Internal, "library handler {} panicked", f.handler))
-            }
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| func(self, &tok, f)))
+            .map_err(|_| err!(Internal, "library handler {} panicked", f.handler));
+        IN_HANDLER.with(|h| h.set(prev));
+        HANDLERS_RUNNING.fetch_sub(1, Ordering::AcqRel);
+        r
+    }
+
+    /// Run an application handler, now or postponed; a handler that returns holding
+    /// a handler-safe lock or a no-interrupt section is reported, and what it held
+    /// released (`hsl`).
+    fn run_user(&self, c: &UserCall, buf: *mut c_void, nbytes: usize, args: &[u64]) {
+        let tok = Token::new(self as *const CtxInner as *const (), c.src, c.is_request);
+        let (locks, holds) = (hsl::held_mark(), hsl::holds());
+        HANDLERS_RUNNING.fetch_add(1, Ordering::AcqRel);
+        let prev = IN_HANDLER.with(|h| h.replace(true));
+        // SAFETY: calling the application's handler with the documented arguments: a
+        // token valid for this call, the payload (valid for this call), and the args
+        // array of nargs entries.
+        unsafe {
+            (c.f)(
+                &tok as *const Token as *mut Token,
+                buf,
+                nbytes,
+                args.as_ptr(),
+                args.len(),
+                c.user as *mut c_void,
+            )
         };
         IN_HANDLER.with(|h| h.set(prev));
         HANDLERS_RUNNING.fetch_sub(1, Ordering::AcqRel);
-        let _ = src;
-        r
+        let left = hsl::release_since(locks);
+        let sections = hsl::reset_holds(holds);
+        if left + sections > 0 {
+            self.record_async_error(err!(
+                State,
+                "the AM handler at index {} returned holding {} handler-safe lock(s) and {} no-interrupt section(s); the library released them (a handler must release what it takes before it returns)",
+                c.index,
+                left,
+                sections
+            ));
+        }
+    }
+
+    /// Keep an application handler call received in a no-interrupt section.
+    fn postpone(&self, c: UserCall, args: &[u64], buf: *mut c_void, nbytes: usize, long: bool) {
+        let payload = if long || nbytes == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: a medium's payload: `nbytes` readable bytes of the frame.
+            unsafe { std::slice::from_raw_parts(buf as *const u8, nbytes) }.to_vec()
+        };
+        let p = Postponed {
+            src: c.src,
+            is_request: c.is_request,
+            handler: c.index,
+            f: c.f,
+            user: c.user,
+            args: args.to_vec(),
+            payload,
+            long: long.then_some((buf as usize, nbytes)),
+        };
+        let mut q = self.am.postponed.lock();
+        q.push_back(p);
+        self.am.postponed_n.store(q.len(), Ordering::Release);
+    }
+
+    /// Run the application handler calls postponed by no-interrupt sections, oldest
+    /// first, unless this thread is in a section or a handler itself.
+    pub(crate) fn run_postponed(&self) {
+        if self.am.postponed_n.load(Ordering::Acquire) == 0
+            || hsl::interrupts_held()
+            || in_handler()
+        {
+            return;
+        }
+        loop {
+            let p = {
+                let mut q = self.am.postponed.lock();
+                let p = q.pop_front();
+                self.am.postponed_n.store(q.len(), Ordering::Release);
+                p
+            };
+            let Some(mut p) = p else { return };
+            let (buf, n) = match p.long {
+                Some((dst, len)) => (dst as *mut c_void, len),
+                None if p.payload.is_empty() => (std::ptr::null_mut(), 0),
+                None => (p.payload.as_mut_ptr() as *mut c_void, p.payload.len()),
+            };
+            let call = UserCall {
+                src: p.src,
+                is_request: p.is_request,
+                index: p.handler,
+                f: p.f,
+                user: p.user,
+            };
+            self.run_user(&call, buf, n, &p.args);
+        }
     }
 
     /// Largest medium payload.

@@ -11,8 +11,9 @@
 pub use crate::api::wire::LibHandler;
 use crate::runtime::error::Result;
 use crate::{bail, err};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use std::cell::Cell;
+use std::collections::VecDeque;
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -110,6 +111,25 @@ pub struct AmState<F> {
     pub(crate) peers: Vec<Peer>,
     pub(crate) credits: usize,
     pub(crate) threshold: usize,
+    /// Application handler calls received by a thread in a no-interrupt section
+    /// (`super::hsl`), in arrival order, run by the next thread outside one.
+    pub(crate) postponed: Mutex<VecDeque<Postponed>>,
+    /// `postponed.len()`, readable without the lock.
+    pub(crate) postponed_n: AtomicUsize,
+}
+
+/// An application handler call kept for later (see `AmState::postponed`).
+pub(crate) struct Postponed {
+    pub(crate) src: usize,
+    pub(crate) is_request: bool,
+    pub(crate) handler: u8,
+    pub(crate) f: HandlerFn,
+    pub(crate) user: usize,
+    pub(crate) args: Vec<u64>,
+    /// A medium's payload (copied: the conduit's buffer is reused).
+    pub(crate) payload: Vec<u8>,
+    /// A long's payload, already in place at the destination.
+    pub(crate) long: Option<(usize, usize)>,
 }
 
 thread_local! {
@@ -179,6 +199,8 @@ impl<F: Copy> AmState<F> {
                 .collect(),
             credits,
             threshold: (credits / 2).max(1),
+            postponed: Mutex::new(VecDeque::new()),
+            postponed_n: AtomicUsize::new(0),
         }
     }
 }

@@ -67,11 +67,11 @@ pub(crate) enum Op {
         seq: u64,
     },
     Deferred(DeferredRef),
-    /// A non-contiguous transfer (`vis`): the pieces issued at once are complete
-    /// with operation `seq` to `rank`; the others wait for their moves.
+    /// Several operations completing as one: a non-contiguous transfer (`vis`) or an
+    /// access region. The pieces issued at once are complete when operation `seq` to
+    /// `rank` is, for each `(rank, seq)` of `seqs`; the others wait for their moves.
     Group {
-        rank: usize,
-        seq: u64,
+        seqs: Arc<[(usize, u64)]>,
         deferred: Arc<[DeferredRef]>,
     },
 }
@@ -96,10 +96,14 @@ pub(crate) struct Inner {
     pub(crate) nbi_waiting: usize,
     /// The first refusal of an implicit-handle transfer, for fh_wait_nbi.
     pub(crate) nbi_error: Option<crate::runtime::error::Error>,
+    /// The open access region, if any (`fh_begin_nbi_accessregion`).
+    pub(crate) region: Option<super::region::Region>,
 }
 
 pub struct RmaState {
     pub(crate) inner: Mutex<Inner>,
+    /// `inner.region.is_some()`, readable without the lock (the `_nbi` fast path).
+    pub(crate) region_open: std::sync::atomic::AtomicBool,
 }
 
 pub(crate) fn encode(idx: u32, gen: u32) -> Handle {
@@ -119,7 +123,9 @@ impl RmaState {
                 deferred: Vec::new(),
                 nbi_waiting: 0,
                 nbi_error: None,
+                region: None,
             }),
+            region_open: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -143,15 +149,11 @@ impl RmaState {
         let mut g = self.inner.lock();
         g.issued[rank] += 1;
         let seq = g.issued[rank];
-        let deferred = deferred.into();
-        Self::slot_for(
-            &mut g,
-            Op::Group {
-                rank,
-                seq,
-                deferred,
-            },
-        )
+        let op = Op::Group {
+            seqs: Arc::new([(rank, seq)]),
+            deferred: deferred.into(),
+        };
+        Self::slot_for(&mut g, op)
     }
 
     /// A deferred handle was issued as operation `seq` to `rank`.

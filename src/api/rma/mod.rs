@@ -9,7 +9,9 @@
 //! Puts complete remotely (the data is visible at the target), gets locally.
 
 pub mod handles;
+pub mod region;
 pub mod shape;
+pub mod value;
 pub mod vis;
 
 use handles::{DState, Deferred, DeferredRef, Dir, Op, Started};
@@ -624,8 +626,14 @@ impl CtxInner {
         if nbytes == 0 {
             return Ok(());
         }
-        match self.start_deferred(dir, r, remote, local, nbytes, true)? {
-            Some(Started::Waiting(_)) => {
+        // Inside this thread's access region the operation belongs to the region's
+        // handle, not to the implicit set.
+        let region = self.rma.in_region();
+        match self.start_deferred(dir, r, remote, local, nbytes, !region)? {
+            Some(Started::Waiting(d)) => {
+                if region {
+                    self.rma.region_add(r, Some(d));
+                }
                 self.count_rma(dir, nbytes);
                 self.maybe_poll();
                 return Ok(());
@@ -634,7 +642,9 @@ impl CtxInner {
             None => self.transfer(dir, r, remote, local, nbytes, false)?,
         }
         self.count_rma(dir, nbytes);
-        {
+        if region {
+            self.rma.region_add(r, None);
+        } else {
             let mut g = self.rma.inner.lock();
             match dir {
                 Dir::Put => g.nbi_puts = true,
@@ -674,24 +684,7 @@ impl CtxInner {
                     return Err(e);
                 }
             },
-            Op::Group {
-                rank,
-                seq,
-                deferred,
-            } => {
-                let mut last = seq;
-                for d in deferred.iter() {
-                    match self.deferred_seq(d) {
-                        Ok(Some((_, s))) => last = last.max(s),
-                        Ok(None) => return Ok(false),
-                        Err(e) => {
-                            self.rma.retire(h);
-                            return Err(e);
-                        }
-                    }
-                }
-                (rank, last)
-            }
+            Op::Group { seqs, deferred } => return self.test_group(h, &seqs, &deferred),
         };
         if !self.rma.is_complete(rank, seq) {
             super::am::check_not_in_handler("fh_test")?;
@@ -702,6 +695,41 @@ impl CtxInner {
             }
         }
         debug_assert!(self.rma.is_complete(rank, seq));
+        self.rma.retire(h);
+        self.maybe_poll();
+        Ok(true)
+    }
+
+    /// `test` of a group handle: every deferred piece issued, then every rank it
+    /// touched flushed past the piece's operation.
+    fn test_group(
+        &self,
+        h: Handle,
+        seqs: &[(usize, u64)],
+        deferred: &[DeferredRef],
+    ) -> Result<bool> {
+        let mut upto: Vec<(usize, u64)> = seqs.to_vec();
+        for d in deferred {
+            match self.deferred_seq(d) {
+                Ok(Some(rs)) => upto.push(rs),
+                Ok(None) => return Ok(false),
+                Err(e) => {
+                    self.rma.retire(h);
+                    return Err(e);
+                }
+            }
+        }
+        for (rank, seq) in upto {
+            if self.rma.is_complete(rank, seq) {
+                continue;
+            }
+            super::am::check_not_in_handler("fh_test")?;
+            if let Err(e) = self.rma.flush_rank(self, rank) {
+                self.rma.retire(h);
+                return Err(e);
+            }
+            debug_assert!(self.rma.is_complete(rank, seq));
+        }
         self.rma.retire(h);
         self.maybe_poll();
         Ok(true)
@@ -807,6 +835,36 @@ impl CtxInner {
                 self.conduit.idle();
             }
         }
+    }
+
+    /// Complete what can be completed now without waiting: true if at least one
+    /// handle completed (those become `HANDLE_NULL`) or all already were.
+    /// A handle whose operation failed becomes `HANDLE_NULL` and its error is
+    /// returned.
+    pub fn test_some(&self, hs: &mut [Handle]) -> Result<bool> {
+        self.check_live()?;
+        let mut any_left = false;
+        let mut done_one = false;
+        for h in hs.iter_mut() {
+            if *h == HANDLE_NULL {
+                continue;
+            }
+            any_left = true;
+            match self.test(*h) {
+                Ok(true) => {
+                    *h = HANDLE_NULL;
+                    done_one = true;
+                }
+                Ok(false) => {}
+                Err(e) if e.status == crate::runtime::error::Status::InvalidArg => return Err(e),
+                Err(e) => {
+                    // `test` retired it: the slot no longer names this operation.
+                    *h = HANDLE_NULL;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(done_one || !any_left)
     }
 
     fn check_which(which: i32) -> Result<()> {

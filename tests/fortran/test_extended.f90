@@ -1,0 +1,106 @@
+! test_extended.f90 -- value forms, memset, an access region, fh_test_some and a
+! handler-safe lock from Fortran: every rank writes into its right neighbour's plain
+! allocatable array; MPI_BARRIER separates the phases; every element is checked.
+! Rank 0 prints "test_extended (Fortran): OK (np=N)".
+program test_extended
+  use mpi
+  use firehose
+  implicit none
+  integer, parameter :: n = 4096
+  integer(c_int8_t), allocatable, target, volatile :: b(:)
+  integer(c_int8_t), allocatable, target :: src(:)
+  integer :: ierr, me, np, right, left, i
+  type(c_ptr) :: ctx, hsl, rb
+  integer(c_intptr_t) :: mine
+  integer(c_intptr_t), allocatable :: addrs(:)
+  integer(c_int64_t) :: h, v, hs(3)
+  integer(c_int) :: rc
+
+  call MPI_Init(ierr)
+  call MPI_Comm_rank(MPI_COMM_WORLD, me, ierr)
+  call MPI_Comm_size(MPI_COMM_WORLD, np, ierr)
+  call check(fh_init_comm_f(MPI_COMM_WORLD, c_null_ptr, ctx), "fh_init_comm_f")
+  right = mod(me + 1, np)
+  left = mod(me + np - 1, np)
+  allocate (b(n), src(n), addrs(0:np - 1))
+  b = -1_c_int8_t
+  src = int(me + 1, c_int8_t)
+  mine = transfer(c_loc(b), mine)
+  call MPI_Allgather(mine, 1, MPI_INTEGER8, addrs, 1, MPI_INTEGER8, MPI_COMM_WORLD, ierr)
+  rb = transfer(addrs(right), rb)
+  call MPI_Barrier(MPI_COMM_WORLD, ierr)
+
+  ! An 8-byte value into b(1:8), a memset of b(101:1100), an access region with a put
+  ! into b(2001:2100) and a memset_nbi of b(3001:3010).
+  call check(fh_put_val(ctx, right, rb, int(me + 1, c_int64_t) * 1000_c_int64_t, 8_c_size_t), "fh_put_val")
+  call check(fh_memset(ctx, right, off(100), me + 50, 1000_c_size_t), "fh_memset")
+  call check(fh_begin_nbi_accessregion(ctx), "fh_begin_nbi_accessregion")
+  call check(fh_put_nbi(ctx, right, off(2000), c_loc(src), 100_c_size_t), "fh_put_nbi")
+  call check(fh_memset_nbi(ctx, right, off(3000), 7, 10_c_size_t), "fh_memset_nbi")
+  call check(fh_end_nbi_accessregion(ctx, h), "fh_end_nbi_accessregion")
+  call check(fh_wait(ctx, h), "fh_wait (region)")
+  ! Three _nb memsets of b(3501:3600), completed with fh_test_some.
+  do i = 1, 3
+    call check(fh_memset_nb(ctx, right, off(3500 + 33 * (i - 1)), 9, 33_c_size_t, hs(i)), "fh_memset_nb")
+  end do
+  do while (any(hs /= FH_HANDLE_NULL))
+    rc = fh_test_some(ctx, hs, 3_c_size_t)
+    if (rc /= FH_OK .and. rc /= FH_NOT_READY) call check(rc, "fh_test_some")
+  end do
+  call MPI_Barrier(MPI_COMM_WORLD, ierr)
+
+  call check(fh_get_val(ctx, right, rb, 8_c_size_t, v), "fh_get_val")
+  if (v /= int(me + 1, c_int64_t) * 1000_c_int64_t) call fail("fh_get_val read a wrong value")
+  do i = 101, 1100
+    if (b(i) /= int(left + 50, c_int8_t)) call fail("fh_memset")
+  end do
+  do i = 2001, 2100
+    if (b(i) /= int(left + 1, c_int8_t)) call fail("the region's put")
+  end do
+  do i = 3001, 3010
+    if (b(i) /= 7_c_int8_t) call fail("the region's memset")
+  end do
+  do i = 3501, 3599
+    if (b(i) /= 9_c_int8_t) call fail("fh_memset_nb")
+  end do
+  if (b(100) /= -1_c_int8_t .or. b(1101) /= -1_c_int8_t .or. b(3011) /= -1_c_int8_t &
+      .or. b(3600) /= -1_c_int8_t) call fail("a byte outside the ranges changed")
+
+  ! A handler-safe lock and a no-interrupt section, and their misuse.
+  call check(fh_hsl_init(ctx, hsl), "fh_hsl_init")
+  call check(fh_hsl_lock(hsl), "fh_hsl_lock")
+  if (fh_hsl_trylock(hsl) /= FH_ERR_STATE) call fail("fh_hsl_trylock of a held lock")
+  call check(fh_hsl_unlock(hsl), "fh_hsl_unlock")
+  if (fh_hsl_unlock(hsl) /= FH_ERR_STATE) call fail("fh_hsl_unlock of a free lock")
+  call check(fh_hold_interrupts(ctx), "fh_hold_interrupts")
+  call check(fh_poll(ctx), "fh_poll in a section")
+  call check(fh_resume_interrupts(ctx), "fh_resume_interrupts")
+  if (fh_resume_interrupts(ctx) /= FH_ERR_STATE) call fail("fh_resume_interrupts without a hold")
+  call check(fh_hsl_destroy(hsl), "fh_hsl_destroy")
+  if (fh_put_val(ctx, right, rb, 1_c_int64_t, 3_c_size_t) /= FH_ERR_INVALID_ARG) call fail("width 3")
+
+  call MPI_Barrier(MPI_COMM_WORLD, ierr)
+  call check(fh_finalize(ctx), "fh_finalize")
+  if (me == 0) print '(a, i0, a)', "test_extended (Fortran): OK (np=", np, ")"
+  call MPI_Finalize(ierr)
+
+contains
+
+  ! The right neighbour's b(k + 1).
+  type(c_ptr) function off(k)
+    integer, intent(in) :: k
+    off = transfer(addrs(right) + int(k, c_intptr_t), c_null_ptr)
+  end function off
+
+  subroutine fail(what)
+    character(len=*), intent(in) :: what
+    write (0, '(a, i0, 2a)') "[rank ", me, "] test_extended FAIL: ", what
+    call MPI_Abort(MPI_COMM_WORLD, 1, ierr)
+  end subroutine fail
+
+  subroutine check(rc, what)
+    integer(c_int), intent(in) :: rc
+    character(len=*), intent(in) :: what
+    if (rc /= FH_OK) call fail(what // ": " // fh_strerror_str(rc) // " " // fh_last_error_str())
+  end subroutine check
+end program test_extended
