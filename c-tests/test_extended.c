@@ -17,6 +17,9 @@
  *    progress thread). Every increment must be counted exactly once.
  * 6. Misuse: wrong widths, nested regions, foreign ends, unheld unlocks, a handler
  *    that returns holding a lock: clear FH_ERR_* and the job goes on.
+ * 7. Hostile targets: a vector put, a vector get, a memset and a value put that
+ *    touch a PROT_NONE or read-only page of the neighbour are refused with
+ *    FH_ERR_ACCESS (the neighbour is not crashed), and the job goes on.
  * Rank 0 prints "test_extended: OK". */
 #include <mpi.h>
 #include <firehose.h>
@@ -24,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define AREA (256 * 1024)
 #define NREQ 50
@@ -274,6 +278,34 @@ int main(int argc, char **argv) {
   EXPECT(fh_hsl_lock(leaked), FH_ERR_STATE); /* stale */
   EXPECT(fh_hsl_lock(NULL), FH_ERR_INVALID_ARG);
   CALL(fh_hsl_destroy(hsl));
+
+  /* 7. hostile targets: page 0 writable, page 1 PROT_NONE, page 2 read-only */
+  long pg = 4096;
+  unsigned char *pages = mmap(NULL, 3 * (size_t)pg, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (pages == MAP_FAILED) FAIL("mmap");
+  memset(pages, 0x11, 3 * (size_t)pg);
+  if (mprotect(pages + pg, (size_t)pg, PROT_NONE) || mprotect(pages + 2 * pg, (size_t)pg, PROT_READ))
+    FAIL("mprotect");
+  mine = (uintptr_t)pages;
+  MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, MPI_COMM_WORLD);
+  unsigned char *rp = (unsigned char *)all[right];
+  fh_memvec_t good_bad[3] = {{rp + 16, 8}, {rp + 64, 8}, {rp + pg + 8, 8}};
+  fh_memvec_t mine3[1] = {{src, 24}};
+  EXPECT(fh_putv(ctx, right, 3, good_bad, 1, mine3), FH_ERR_ACCESS);
+  fh_memvec_t to_ro[2] = {{rp + 8, 8}, {rp + 2 * pg + 8, 8}};
+  fh_memvec_t mine2[1] = {{src, 16}};
+  EXPECT(fh_putv(ctx, right, 2, to_ro, 1, mine2), FH_ERR_ACCESS);
+  EXPECT(fh_getv(ctx, 1, mine3, right, 3, good_bad), FH_ERR_ACCESS);
+  EXPECT(fh_memset(ctx, right, rp + pg - 100, 0, 200), FH_ERR_ACCESS);
+  EXPECT(fh_put_val(ctx, right, rp + 2 * pg, 5, 4), FH_ERR_ACCESS);
+  /* The read-only page is readable. */
+  uint64_t ro = 0;
+  CALL(fh_get_val(ctx, right, rp + 2 * pg + 64, 8, &ro));
+  if (ro != 0x1111111111111111ull) FAIL("get_val of a read-only page: %llx", (unsigned long long)ro);
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (long i = 2 * pg; i < 3 * pg; i++)
+    if (pages[i] != 0x11) FAIL("the read-only page changed at %ld", i);
 
   MPI_Barrier(MPI_COMM_WORLD);
   free(area);

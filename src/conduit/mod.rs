@@ -301,6 +301,22 @@ pub trait Conduit: Send + Sync {
         None
     }
 
+    /// [`Conduit::copy_any`] of many pieces `(raddr, local, len)` at once (the
+    /// kernel copy takes lists: one system call for a whole vector). `None` when
+    /// `rank` is not reached that way. On an error a prefix of the pieces may have
+    /// been copied.
+    ///
+    /// # Safety
+    /// Every `local` range must be valid (readable for puts, writable for gets).
+    unsafe fn copy_any_v(
+        &self,
+        _rank: usize,
+        _put: bool,
+        _pieces: &[(usize, usize, usize)],
+    ) -> Option<Result<()>> {
+        None
+    }
+
     /// Whether [`Conduit::copy_any`] reaches `rank`.
     fn reaches_any_address(&self, _rank: usize) -> bool {
         false

@@ -471,6 +471,66 @@ pub fn vm_copy(
     Err(if n >= 0 { VmError::Fault } else { vm_errno() })
 }
 
+/// Most pieces one `process_vm_*` call takes (the kernel's `UIO_MAXIOV`).
+const IOV_MAX: usize = 1024;
+
+/// [`vm_copy`] of many pieces `(remote, local, len)`: one system call per 1024 of
+/// them. On an error, a prefix of the pieces may have been copied (the caller redoes
+/// them one by one to learn which piece failed, and why).
+pub fn vm_copy_v(
+    pid: i32,
+    dir: VmDir,
+    pieces: &[(usize, usize, usize)],
+) -> std::result::Result<(), VmError> {
+    let mut l = Vec::with_capacity(pieces.len().min(IOV_MAX));
+    let mut r = Vec::with_capacity(pieces.len().min(IOV_MAX));
+    for chunk in pieces.chunks(IOV_MAX) {
+        l.clear();
+        r.clear();
+        let mut total = 0usize;
+        for &(remote, local, len) in chunk {
+            if remote >= USER_TOP || remote.checked_add(len).map_or(true, |e| e > USER_TOP) {
+                return Err(VmError::Fault);
+            }
+            l.push(libc::iovec {
+                iov_base: local as *mut libc::c_void,
+                iov_len: len,
+            });
+            r.push(libc::iovec {
+                iov_base: remote as *mut libc::c_void,
+                iov_len: len,
+            });
+            total += len;
+        }
+        // SAFETY: the kernel validates every range (EFAULT on a bad one); no Rust
+        // reference to any of them is created; both lists hold `chunk.len()` entries.
+        let n = unsafe {
+            match dir {
+                VmDir::Write => libc::process_vm_writev(
+                    pid,
+                    l.as_ptr(),
+                    l.len() as libc::c_ulong,
+                    r.as_ptr(),
+                    r.len() as libc::c_ulong,
+                    0,
+                ),
+                VmDir::Read => libc::process_vm_readv(
+                    pid,
+                    l.as_ptr(),
+                    l.len() as libc::c_ulong,
+                    r.as_ptr(),
+                    r.len() as libc::c_ulong,
+                    0,
+                ),
+            }
+        };
+        if n != total as isize {
+            return Err(if n >= 0 { VmError::Fault } else { vm_errno() });
+        }
+    }
+    Ok(())
+}
+
 fn vm_errno() -> VmError {
     match std::io::Error::last_os_error().raw_os_error().unwrap_or(0) {
         libc::EFAULT | libc::ENOMEM | libc::EINVAL => VmError::Fault,

@@ -9,9 +9,10 @@
 //!   structures; so a refused call has written nothing. Once transfers are issued, a
 //!   refusal by the target (`FH_ERR_ACCESS`) may leave earlier pieces written;
 //! - the caller's lists are read before the call returns;
-//! - every segment takes the contiguous engine's path for its memory (heap and
-//!   registered memory one-sided, node peers through the node mapping or the kernel
-//!   copy, the rest through Firehose), and a non-blocking call never waits for a
+//! - to a node peer the kernel copy reaches, the segments outside its heap and
+//!   registered memory move in one vectored copy (`node_copy`); every other segment
+//!   takes the contiguous engine's path for its memory (heap and registered memory
+//!   one-sided or through the node mapping, the rest through Firehose), and a non-blocking call never waits for a
 //!   firehose move: its pieces that miss are deferred like `fh_put_nb`'s, and its
 //!   handle (`Op::Group`) completes when every piece has;
 //! - overlapping destination pieces: the bytes written there are those of one of the
@@ -33,7 +34,52 @@ pub enum Completion {
     Implicit,
 }
 
+/// A segment's (remote, local) addresses.
+fn ends(dir: Dir, g: &Segment) -> (usize, usize) {
+    match dir {
+        Dir::Put => (g.dst, g.src),
+        Dir::Get => (g.src, g.dst),
+    }
+}
+
 impl CtxInner {
+    /// The node-peer algorithm: to a peer the kernel copy reaches, every segment
+    /// outside its heap and registered memory moves in one vectored copy (one system
+    /// call per 1024 segments instead of one each), complete on return. Returns the
+    /// segments left for the contiguous engine: the heap and registered ones (a
+    /// memory copy through the node mapping), or all of them when the vectored copy
+    /// failed, so that they are redone one by one and the failing piece is named.
+    fn node_copy(&self, dir: Dir, r: usize, segs: Vec<Segment>) -> Vec<Segment> {
+        if segs.len() < 2 || self.fh.local_side || !self.conduit.reaches_any_address(r) {
+            return segs;
+        }
+        let (mut rest, any): (Vec<Segment>, Vec<Segment>) = segs
+            .into_iter()
+            .partition(|g| self.plain_access(r, ends(dir, g).0, g.len).is_some());
+        if any.len() < 2 {
+            rest.extend(any);
+            return rest;
+        }
+        let pieces: Vec<(usize, usize, usize)> = any
+            .iter()
+            .map(|g| {
+                let (rem, loc) = ends(dir, g);
+                (rem, loc, g.len)
+            })
+            .collect();
+        // SAFETY: the local pieces are valid for the call (the public functions'
+        // contract); the kernel checks the remote ones.
+        match unsafe { self.conduit.copy_any_v(r, dir == Dir::Put, &pieces) } {
+            Some(Ok(())) => {
+                for g in &any {
+                    self.count_rma(dir, g.len);
+                }
+            }
+            _ => rest.extend(any),
+        }
+        rest
+    }
+
     /// Put: local `src`'s bytes into `dst` on `rank`. Returns the handle of an
     /// [`Completion::Explicit`] call (else `HANDLE_NULL`).
     pub fn vis_put(&self, rank: i64, dst: &Side, src: &Side, how: Completion) -> Result<Handle> {
@@ -61,13 +107,11 @@ impl CtxInner {
             Dir::Put => pair(remote, local)?,
             Dir::Get => pair(local, remote)?,
         };
-        let ends = |g: &Segment| match dir {
-            Dir::Put => (g.dst, g.src),
-            Dir::Get => (g.src, g.dst),
-        };
+        let ends = |g: &Segment| ends(dir, g);
         for g in &segs {
             self.check_not_internal(r, ends(g).0, g.len)?;
         }
+        let segs = self.node_copy(dir, r, segs);
         if segs.is_empty() {
             return Ok(HANDLE_NULL);
         }

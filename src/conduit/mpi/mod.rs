@@ -414,6 +414,25 @@ impl Conduit for MpiConduit {
         Some(self.single_copy(rank, put, raddr, local, len))
     }
 
+    unsafe fn copy_any_v(
+        &self,
+        rank: usize,
+        put: bool,
+        pieces: &[(usize, usize, usize)],
+    ) -> Option<Result<()>> {
+        let pid = self.single_copy_pid(rank)?;
+        let dir = if put {
+            crate::runtime::os::VmDir::Write
+        } else {
+            crate::runtime::os::VmDir::Read
+        };
+        Some(
+            crate::runtime::os::vm_copy_v(pid, dir, pieces).map_err(|e| {
+                crate::err!(Access, "vectored single copy with rank {}: {:?}", rank, e)
+            }),
+        )
+    }
+
     fn reaches_any_address(&self, rank: usize) -> bool {
         self.single_copy_pid(rank).is_some()
     }
