@@ -106,6 +106,12 @@ extra test_vis 4 - FH_SHM=0 FH_FIREHOSE_MODE=page FH_FIREHOSE_M=64K FH_FIREHOSE_
 extra test_extended 3 -
 extra test_extended 4 - FH_SHM=0
 extra test_extended 4 - FH_PROGRESS=thread
+# The pack algorithm, forced and chosen by auto on the off-node path (no node
+# mapping, no kernel copy), with the progress thread serving the targets.
+extra test_vis 4 - FH_VIS_ALGORITHM=pack
+extra test_vis 8 - FH_SHM=0 FH_CMA=0
+extra test_vis 4 - FH_VIS_ALGORITHM=pack FH_SHM=0 FH_PROGRESS=thread
+extra test_extended 4 - FH_VIS_ALGORITHM=pack FH_SHM=0
 extra test_coll 5 -
 extra test_barrier 3 -
 extra test_barrier 5 -

@@ -7,6 +7,7 @@
 mod common;
 
 use common::{sim_world, Completion, Rng};
+use firehose::api::rma::settings::VisAlgo;
 use firehose::api::rma::shape::{Side, Strided};
 use firehose::api::rma::vis::Completion as How;
 use firehose::api::rma::NBI_ALL;
@@ -124,7 +125,12 @@ fn offsets(s: &Side, base: usize) -> Vec<usize> {
 }
 
 fn world(tiny: bool) -> Vec<Context> {
+    world_with(tiny, VisAlgo::Auto)
+}
+
+fn world_with(tiny: bool, algo: VisAlgo) -> Vec<Context> {
     let (_w, c) = sim_world(3, 4 << 20, Completion::Reversed, |s: &mut Settings| {
+        s.rma.vis_algo = algo;
         if tiny {
             s.firehose.mode = Some(FhMode::Page);
             s.firehose.m = Some(16 * 4096);
@@ -208,13 +214,16 @@ fn round(c: &[Context], r: &mut Rng, kind: usize, form: Form, how: How) {
 
 /// Every memory kind, completion and form, with shapes from `seed`.
 fn all_forms(seed: u64, tiny: bool) {
-    let c = world(tiny);
+    forms_on(&world(tiny), seed);
+}
+
+fn forms_on(c: &[Context], seed: u64) {
     let mut r = Rng(seed | 1);
     for kind in 0..3 {
         for how in [How::Blocking, How::Explicit, How::Implicit] {
-            round(&c, &mut r, kind, Form::Vector, how);
-            round(&c, &mut r, kind, Form::Indexed, how);
-            round(&c, &mut r, kind, Form::Strided, how);
+            round(c, &mut r, kind, Form::Vector, how);
+            round(c, &mut r, kind, Form::Indexed, how);
+            round(c, &mut r, kind, Form::Strided, how);
         }
     }
 }
@@ -254,4 +263,77 @@ fn refused_calls_move_nothing() {
     // Nothing to move: no handle.
     let none = Side::vector(&[], "d").unwrap();
     assert_eq!(c[0].vis_put(1, &none, &none, How::Explicit).unwrap(), 0);
+}
+
+/// The pack algorithm (FH_VIS_ALGORITHM=pack) against the same model: every form,
+/// completion and memory kind travels in active messages (the target handled some),
+/// also with a medium so small that pieces are split across messages.
+#[test]
+fn the_pack_algorithm_matches_the_model() {
+    for medium in [0usize, 512] {
+        let (w, c) = sim_world(3, 4 << 20, Completion::Reversed, |s: &mut Settings| {
+            s.rma.vis_algo = VisAlgo::Pack;
+            if medium > 0 {
+                s.am_max_medium = medium;
+            }
+        });
+        std::mem::forget(w);
+        let before = c[1].stats.snapshot().am_handled;
+        forms_on(&c, 0x5eed_0000 + medium as u64);
+        assert!(
+            c[1].stats.snapshot().am_handled > before + 10,
+            "the target unpacked messages"
+        );
+    }
+}
+
+/// A packed put or get that touches memory the target has not mapped, or that is
+/// read-only, is refused by the target with FH_ERR_ACCESS (never a fault), and the
+/// job goes on.
+#[test]
+fn the_target_refuses_bad_packed_pieces() {
+    let c = world_with(false, VisAlgo::Pack);
+    // SAFETY: a fresh anonymous mapping of 3 pages, owned by this test.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            3 * 4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    } as usize;
+    assert_ne!(p as *mut libc::c_void, libc::MAP_FAILED);
+    // SAFETY: protecting pages of our own mapping.
+    unsafe {
+        libc::mprotect((p + 4096) as *mut libc::c_void, 4096, libc::PROT_NONE);
+        libc::mprotect((p + 8192) as *mut libc::c_void, 4096, libc::PROT_READ);
+    }
+    let src = [7u8; 64];
+    let s = Side::vector(&[(src.as_ptr() as usize, 32)], "s").unwrap();
+    for bad in [p + 4096 + 8, p + 8192 + 8] {
+        let d = Side::vector(&[(p + 16, 16), (bad, 16)], "d").unwrap();
+        for how in [How::Blocking, How::Explicit, How::Implicit] {
+            let r = c[0].vis_put(1, &d, &s, how).and_then(|h| match how {
+                How::Explicit => c[0].wait(h),
+                How::Implicit => c[0].wait_nbi(NBI_ALL),
+                How::Blocking => Ok(()),
+            });
+            let e = r.unwrap_err();
+            assert_eq!(e.status, firehose::Status::Access, "{}", e.msg);
+            assert!(e.msg.contains("refused a packed"), "{}", e.msg);
+        }
+    }
+    let mut back = vec![0u8; 32];
+    let b = Side::vector(&[(back.as_mut_ptr() as usize, 32)], "b").unwrap();
+    let from = Side::vector(&[(p, 16), (p + 4096, 16)], "f").unwrap();
+    let e = c[0].vis_get(&b, 1, &from, How::Blocking).unwrap_err();
+    assert_eq!(e.status, firehose::Status::Access, "{}", e.msg);
+    // The read-only page reads; the job goes on.
+    let ro = Side::vector(&[(p, 16), (p + 8192, 16)], "f").unwrap();
+    c[0].vis_get(&b, 1, &ro, How::Blocking).unwrap();
+    assert_eq!(back, vec![0u8; 32]);
+    // SAFETY: our mapping, no longer used.
+    unsafe { libc::munmap(p as *mut libc::c_void, 3 * 4096) };
 }

@@ -1,6 +1,7 @@
 //! Every setting of the library, composed from the groups the layers own: the
 //! runtime's ([`Config`]: transport, heap, AMs, progress, diagnostics), Firehose's
-//! ([`FirehoseSettings`]) and the sync subsystem's ([`SyncSettings`]).
+//! ([`FirehoseSettings`]), the sync subsystem's ([`SyncSettings`]) and the RMA
+//! subsystem's ([`RmaSettings`]).
 //!
 //! Guarantees: values are layered: default, then the caller's `fh_config_t`, then
 //! the environment (the environment wins). Each resolved value remembers where it
@@ -8,6 +9,7 @@
 //! `FH_ERR_INVALID_ARG` naming the variable, never a silent default. The job-wide
 //! settings of every group are what `fh_init` compares across ranks.
 
+use super::rma::settings::RmaSettings;
 use super::sync::settings::SyncSettings;
 use crate::firehose::settings::FirehoseSettings;
 use crate::runtime::config::{self, Config, Group, Layered, Resolved, Rows, Scope, Source};
@@ -20,6 +22,7 @@ pub struct Settings {
     pub core: Config,
     pub firehose: FirehoseSettings,
     pub sync: SyncSettings,
+    pub rma: RmaSettings,
     /// `sources[i]` is where setting `i` came from (see [`Settings::names`]).
     pub sources: Vec<Source>,
 }
@@ -52,13 +55,18 @@ impl Settings {
     /// The groups as one table.
     fn view(&self) -> Layered<&dyn Rows> {
         Layered {
-            groups: vec![&self.core, &self.firehose, &self.sync],
+            groups: vec![&self.core, &self.firehose, &self.sync, &self.rma],
         }
     }
 
     fn view_mut(&mut self) -> Layered<&mut dyn Rows> {
         Layered {
-            groups: vec![&mut self.core, &mut self.firehose, &mut self.sync],
+            groups: vec![
+                &mut self.core,
+                &mut self.firehose,
+                &mut self.sync,
+                &mut self.rma,
+            ],
         }
     }
 
@@ -68,6 +76,7 @@ impl Settings {
             core: Config::defaults(),
             firehose: FirehoseSettings::defaults(),
             sync: SyncSettings::defaults(),
+            rma: RmaSettings::defaults(),
             sources: Vec::new(),
         };
         s.sources = vec![Source::Default; s.view().len()];

@@ -35,6 +35,14 @@ pub enum LibHandler {
     RpipeHello = 7,
     /// rpipe: the close handshake.
     RpipeBye = 8,
+    /// VIS pack algorithm: a packed put (pieces and their bytes).
+    VisPut = 9,
+    /// VIS pack algorithm: a packed put's acknowledgement.
+    VisAck = 10,
+    /// VIS pack algorithm: a packed get (the pieces to gather).
+    VisGet = 11,
+    /// VIS pack algorithm: a packed get's reply (the gathered bytes).
+    VisData = 12,
 }
 
 /// Frame kinds.

@@ -5,6 +5,7 @@
 //! Invariants: `completed[r] <= issued[r]`; a slot's generation changes when it is
 //! retired, so a stale handle never names a newer operation.
 
+use super::pack::{PackOp, Packs};
 use crate::bail;
 use crate::firehose::state::OpPins;
 use crate::runtime::error::Result;
@@ -73,6 +74,8 @@ pub(crate) enum Op {
     Group {
         seqs: Arc<[(usize, u64)]>,
         deferred: Arc<[DeferredRef]>,
+        /// Packed transfers (`super::pack`) of the group.
+        packs: Arc<[Arc<PackOp>]>,
     },
 }
 
@@ -98,12 +101,16 @@ pub(crate) struct Inner {
     pub(crate) nbi_error: Option<crate::runtime::error::Error>,
     /// The open access region, if any (`fh_begin_nbi_accessregion`).
     pub(crate) region: Option<super::region::Region>,
+    /// Implicit-handle packed transfers not known to be complete.
+    pub(crate) nbi_packs: Vec<Arc<PackOp>>,
 }
 
 pub struct RmaState {
     pub(crate) inner: Mutex<Inner>,
     /// `inner.region.is_some()`, readable without the lock (the `_nbi` fast path).
     pub(crate) region_open: std::sync::atomic::AtomicBool,
+    /// Packed transfers' messages in flight (`super::pack`).
+    pub(crate) packs: Mutex<Packs>,
 }
 
 pub(crate) fn encode(idx: u32, gen: u32) -> Handle {
@@ -124,7 +131,9 @@ impl RmaState {
                 nbi_waiting: 0,
                 nbi_error: None,
                 region: None,
+                nbi_packs: Vec::new(),
             }),
+            packs: Mutex::new(Packs::default()),
             region_open: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -152,8 +161,19 @@ impl RmaState {
         let op = Op::Group {
             seqs: Arc::new([(rank, seq)]),
             deferred: deferred.into(),
+            packs: Arc::new([]),
         };
         Self::slot_for(&mut g, op)
+    }
+
+    /// A handle for a packed transfer (complete when every answer is in).
+    pub(crate) fn new_pack(&self, op: Arc<PackOp>) -> Handle {
+        let op = Op::Group {
+            seqs: Arc::new([]),
+            deferred: Arc::new([]),
+            packs: Arc::new([op]),
+        };
+        Self::slot_for(&mut self.inner.lock(), op)
     }
 
     /// A deferred handle was issued as operation `seq` to `rank`.

@@ -9,7 +9,9 @@
 //! Puts complete remotely (the data is visible at the target), gets locally.
 
 pub mod handles;
+pub mod pack;
 pub mod region;
+pub mod settings;
 pub mod shape;
 pub mod value;
 pub mod vis;
@@ -684,7 +686,11 @@ impl CtxInner {
                     return Err(e);
                 }
             },
-            Op::Group { seqs, deferred } => return self.test_group(h, &seqs, &deferred),
+            Op::Group {
+                seqs,
+                deferred,
+                packs,
+            } => return self.test_group(h, &seqs, &deferred, &packs),
         };
         if !self.rma.is_complete(rank, seq) {
             super::am::check_not_in_handler("fh_test")?;
@@ -707,7 +713,16 @@ impl CtxInner {
         h: Handle,
         seqs: &[(usize, u64)],
         deferred: &[DeferredRef],
+        packs: &[Arc<pack::PackOp>],
     ) -> Result<bool> {
+        if !packs.iter().all(|p| p.done()) {
+            if !super::am::in_handler() {
+                self.progress_once()?;
+            }
+            if !packs.iter().all(|p| p.done()) {
+                return Ok(false);
+            }
+        }
         let mut upto: Vec<(usize, u64)> = seqs.to_vec();
         for d in deferred {
             match self.deferred_seq(d) {
@@ -717,6 +732,12 @@ impl CtxInner {
                     self.rma.retire(h);
                     return Err(e);
                 }
+            }
+        }
+        for p in packs {
+            if let Err(e) = p.take_error() {
+                self.rma.retire(h);
+                return Err(e);
             }
         }
         for (rank, seq) in upto {
@@ -894,9 +915,17 @@ impl CtxInner {
                 }
             }
             self.rma_progress();
-            Ok(self.rma.inner.lock().nbi_waiting == 0)
+            let g = self.rma.inner.lock();
+            Ok(g.nbi_waiting == 0 && g.nbi_packs.iter().all(|p| p.done()))
         })?;
-        if let Some(e) = self.rma.inner.lock().nbi_error.take() {
+        let packs = std::mem::take(&mut self.rma.inner.lock().nbi_packs);
+        let mut first = self.rma.inner.lock().nbi_error.take();
+        for p in packs {
+            if let (None, Err(e)) = (&first, p.take_error()) {
+                first = Some(e);
+            }
+        }
+        if let Some(e) = first {
             return Err(e);
         }
         let pending = {
@@ -921,8 +950,11 @@ impl CtxInner {
             self.progress_once()?;
         }
         self.rma_progress();
-        if self.rma.inner.lock().nbi_waiting > 0 {
-            return Ok(false);
+        {
+            let g = self.rma.inner.lock();
+            if g.nbi_waiting > 0 || !g.nbi_packs.iter().all(|p| p.done()) {
+                return Ok(false);
+            }
         }
         self.wait_nbi(which)?;
         Ok(true)
@@ -947,7 +979,7 @@ impl CtxInner {
 /// RMA: issues deferred transfers as their firehose moves are answered.
 pub(crate) static SUBSYSTEM: super::ctx::Subsystem = super::ctx::Subsystem {
     name: "rma",
-    handlers: &[],
+    handlers: pack::HANDLERS,
     progress: Some(CtxInner::rma_progress),
     shutdown: None,
 };

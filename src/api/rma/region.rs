@@ -18,6 +18,7 @@
 //! Invariant: `Region::ranks` is sorted and free of duplicates.
 
 use super::handles::{DeferredRef, Handle, Op, RmaState, HANDLE_NULL};
+use super::pack::PackOp;
 use crate::api::ctx::CtxInner;
 use crate::bail;
 use crate::runtime::error::Result;
@@ -32,6 +33,8 @@ pub(crate) struct Region {
     ranks: Vec<usize>,
     /// Operations of the region still waiting for their firehose moves when issued.
     deferred: Vec<DeferredRef>,
+    /// Packed transfers of the region.
+    packs: Vec<Arc<PackOp>>,
 }
 
 impl RmaState {
@@ -61,6 +64,19 @@ impl RmaState {
     }
 }
 
+impl RmaState {
+    /// An implicit-handle packed transfer: into this thread's region, else into the
+    /// implicit set.
+    pub(crate) fn add_nbi_pack(&self, op: Arc<PackOp>) {
+        let in_region = self.in_region();
+        let mut g = self.inner.lock();
+        match g.region.as_mut() {
+            Some(r) if in_region => r.packs.push(op),
+            _ => g.nbi_packs.push(op),
+        }
+    }
+}
+
 impl CtxInner {
     /// `fh_begin_nbi_accessregion`.
     pub fn begin_region(&self) -> Result<()> {
@@ -77,6 +93,7 @@ impl CtxInner {
             owner: std::thread::current().id(),
             ranks: Vec::new(),
             deferred: Vec::new(),
+            packs: Vec::new(),
         });
         self.rma.region_open.store(true, Ordering::Release);
         Ok(())
@@ -100,13 +117,14 @@ impl CtxInner {
         }
         let r = g.region.take().expect("checked above");
         self.rma.region_open.store(false, Ordering::Release);
-        if r.ranks.is_empty() && r.deferred.is_empty() {
+        if r.ranks.is_empty() && r.deferred.is_empty() && r.packs.is_empty() {
             return Ok(HANDLE_NULL);
         }
         let seqs: Arc<[(usize, u64)]> = r.ranks.iter().map(|&k| (k, g.issued[k])).collect();
         let op = Op::Group {
             seqs,
             deferred: r.deferred.into(),
+            packs: r.packs.into(),
         };
         Ok(RmaState::slot_for(&mut g, op))
     }

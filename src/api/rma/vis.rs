@@ -19,6 +19,7 @@
 //!   overlapping pieces, which one is unspecified (as in GASNet).
 
 use super::handles::{Dir, Handle, Started, HANDLE_NULL};
+use super::settings::VisAlgo;
 use super::shape::{pair, Segment, Side};
 use crate::api::ctx::CtxInner;
 use crate::runtime::error::Result;
@@ -80,6 +81,49 @@ impl CtxInner {
         rest
     }
 
+    /// The automatic choice of the pack algorithm (`FH_VIS_ALGORITHM=auto`): a
+    /// peer reached neither through the node mapping nor the kernel copy (the
+    /// off-node path, where each segment would be one RMA and a firehose lookup),
+    /// and segments that average at most `FH_VIS_PACK_MAX` bytes (docs/PERFORMANCE.md
+    /// has the measurement behind the default).
+    fn pack_pays(&self, r: usize, segs: &[Segment]) -> bool {
+        let max = self.cfg.rma.vis_pack_max;
+        self.cfg.rma.vis_algo == VisAlgo::Auto
+            && segs.len() >= 2
+            && max > 0
+            && r != self.rank
+            && !self.conduit.reaches_any_address(r)
+            && self.conduit.native(r, self.remote_heaps[r].0, 1).is_none()
+            && segs.iter().map(|g| g.len).sum::<usize>() / segs.len() <= max
+    }
+
+    /// The pack algorithm (`super::pack`) with each completion.
+    fn packed(&self, dir: Dir, r: usize, segs: &[Segment], how: Completion) -> Result<Handle> {
+        let pieces: Vec<(usize, usize, usize)> = segs
+            .iter()
+            .map(|g| {
+                let (rem, loc) = ends(dir, g);
+                (rem, loc, g.len)
+            })
+            .collect();
+        let op = self.pack_start(dir, r, &pieces)?;
+        match how {
+            Completion::Blocking => {
+                self.pack_wait(&op, r)?;
+                Ok(HANDLE_NULL)
+            }
+            Completion::Explicit => {
+                self.maybe_poll();
+                Ok(self.rma.new_pack(op))
+            }
+            Completion::Implicit => {
+                self.rma.add_nbi_pack(op);
+                self.maybe_poll();
+                Ok(HANDLE_NULL)
+            }
+        }
+    }
+
     /// Put: local `src`'s bytes into `dst` on `rank`. Returns the handle of an
     /// [`Completion::Explicit`] call (else `HANDLE_NULL`).
     pub fn vis_put(&self, rank: i64, dst: &Side, src: &Side, how: Completion) -> Result<Handle> {
@@ -111,9 +155,17 @@ impl CtxInner {
         for g in &segs {
             self.check_not_internal(r, ends(g).0, g.len)?;
         }
-        let segs = self.node_copy(dir, r, segs);
+        let forced = self.cfg.rma.vis_algo == VisAlgo::Pack;
+        let segs = if forced {
+            segs
+        } else {
+            self.node_copy(dir, r, segs)
+        };
         if segs.is_empty() {
             return Ok(HANDLE_NULL);
+        }
+        if forced || self.pack_pays(r, &segs) {
+            return self.packed(dir, r, &segs, how);
         }
         if how == Completion::Implicit {
             for g in &segs {
