@@ -16,7 +16,10 @@
  *   offnode_direct the same on a context with FH_SHM=0 FH_CMA=0 (the off-node path:
  *                  one RMA per run through firehose) and FH_VIS_ALGORITHM=direct;
  *   offnode_pack   the same with FH_VIS_ALGORITHM=pack (the runs in AM mediums,
- *                  unpacked by rank 0's handler).
+ *                  unpacked by rank 0's handler);
+ *   offnode_registered_direct / _datatype  off-node, into a second buffer rank 0
+ *                  registered (fh_mem_register): one MPI_Put per run, or
+ *                  FH_VIS_ALGORITHM=datatype (one MPI_Put with hindexed types).
  * Rank 0 waits in MPI_Barrier meanwhile (which serves the library's handlers, as
  * in an ordinary MPI program). Each sample is one blocking call; medians.
  *
@@ -25,13 +28,14 @@
 
 #define TOTAL (32 * 1024)
 #define BATCH 8
-enum { V_MPI, V_NODE, V_OFF_DIRECT, V_OFF_PACK, NV };
-static const char *vname[NV] = {"mpi", "node_direct", "offnode_direct", "offnode_pack"};
+enum { V_MPI, V_NODE, V_OFF_DIRECT, V_OFF_PACK, V_REG_DIRECT, V_REG_TYPED, NV };
+static const char *vname[NV] = {"mpi", "node_direct", "offnode_direct", "offnode_pack",
+                                "offnode_registered_direct", "offnode_registered_datatype"};
 
 static fh_ctx_t *ctx[NV];
 static MPI_Win win;
-static unsigned char *src, *target;
-static uintptr_t remote; /* rank 0's target buffer */
+static unsigned char *src, *target, *rtarget;
+static uintptr_t remote, rremote; /* rank 0's target buffers: plain, registered */
 
 static fh_ctx_t *init_ctx(const char *shm, const char *algo) {
   setenv("FH_SHM", shm, 1);
@@ -53,10 +57,10 @@ static void op(int v, int is_put, size_t run) {
     else MPIB(MPI_Get(src, TOTAL, MPI_BYTE, 0, 0, 1, t, win));
     MPIB(MPI_Win_flush(0, win));
     MPIB(MPI_Type_free(&t));
-  } else if (is_put) {
-    FHB(fh_puts(ctx[v], 0, (void *)remote, dstr, src, sstr, count, 1));
   } else {
-    FHB(fh_gets(ctx[v], src, sstr, 0, (void *)remote, dstr, count, 1));
+    void *r = (void *)(v >= V_REG_DIRECT ? rremote : remote);
+    if (is_put) FHB(fh_puts(ctx[v], 0, r, dstr, src, sstr, count, 1));
+    else FHB(fh_gets(ctx[v], src, sstr, 0, r, dstr, count, 1));
   }
 }
 
@@ -78,9 +82,16 @@ int main(int argc, char **argv) {
   ctx[V_NODE] = init_ctx("1", "direct");
   ctx[V_OFF_DIRECT] = init_ctx("0", "direct");
   ctx[V_OFF_PACK] = init_ctx("0", "pack");
+  ctx[V_REG_DIRECT] = init_ctx("0", "direct");
+  ctx[V_REG_TYPED] = init_ctx("0", "datatype");
   target = malloc(2 * TOTAL);
+  rtarget = malloc(2 * TOTAL);
   src = malloc(TOTAL);
-  if (!target || !src) BENCH_DIE("out of memory");
+  if (!target || !rtarget || !src) BENCH_DIE("out of memory");
+  FHB(fh_mem_register(ctx[V_REG_DIRECT], rtarget, 2 * TOTAL));
+  FHB(fh_mem_register(ctx[V_REG_TYPED], rtarget, 2 * TOTAL));
+  rremote = (uintptr_t)rtarget;
+  MPIB(MPI_Bcast(&rremote, sizeof rremote, MPI_BYTE, 0, MPI_COMM_WORLD));
   bench_fill(src, TOTAL, 7);
   memset(target, 0, 2 * TOTAL);
   MPIB(MPI_Win_create(target, 2 * TOTAL, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win));
@@ -95,8 +106,8 @@ int main(int argc, char **argv) {
   if (bench_rank == 1) {
     printf("bench_vis: %d KiB scattered into / gathered from every other run of R bytes of rank 0's "
            "plain memory; us per call (median), ratio = firehose / MPI datatype\n", TOTAL / 1024);
-    printf("%-6s %-4s %10s %10s %10s %10s %8s %8s %8s\n", "R", "op", "mpi", "node_dir", "off_dir", "off_pack",
-           "node/mpi", "offd/mpi", "offp/mpi");
+    printf("%-6s %-4s %9s %9s %9s %9s %9s %9s %8s %8s %8s %8s %8s\n", "R", "op", "mpi", "node_dir", "off_dir",
+           "off_pack", "reg_dir", "reg_type", "node", "offd", "offp", "regd", "regt");
   }
   for (int is_put = 1; is_put >= 0; is_put--)
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
@@ -121,10 +132,10 @@ int main(int argc, char **argv) {
           row(csv, name, run, &s[v], &s[V_MPI]);
         }
         double m = samples_median(&s[V_MPI]);
-        printf("%-6zu %-4s %10.1f %10.1f %10.1f %10.1f %8.2f %8.2f %8.2f\n", run, is_put ? "put" : "get",
-               m * 1e6, samples_median(&s[V_NODE]) * 1e6, samples_median(&s[V_OFF_DIRECT]) * 1e6,
-               samples_median(&s[V_OFF_PACK]) * 1e6, samples_median(&s[V_NODE]) / m,
-               samples_median(&s[V_OFF_DIRECT]) / m, samples_median(&s[V_OFF_PACK]) / m);
+        printf("%-6zu %-4s %9.1f", run, is_put ? "put" : "get", m * 1e6);
+        for (int v = 1; v < NV; v++) printf(" %9.1f", samples_median(&s[v]) * 1e6);
+        for (int v = 1; v < NV; v++) printf(" %8.2f", samples_median(&s[v]) / m);
+        printf("\n");
         fflush(stdout);
       }
       MPI_Barrier(MPI_COMM_WORLD); /* rank 0 serves the library in here */
@@ -132,12 +143,15 @@ int main(int argc, char **argv) {
   /* Every byte arrived: the last put of each variant wrote src into the runs. */
   MPIB(MPI_Win_unlock_all(win));
   MPIB(MPI_Win_free(&win));
+  FHB(fh_mem_unregister(ctx[V_REG_DIRECT], rtarget, 2 * TOTAL));
+  FHB(fh_mem_unregister(ctx[V_REG_TYPED], rtarget, 2 * TOTAL));
   for (int v = 1; v < NV; v++) FHB(fh_finalize(ctx[v]));
   if (csv) fclose(csv);
   if (bench_rank == 1) printf("bench_vis: done (CSV in %s/bench_vis.csv)\n", outdir);
   for (int v = 0; v < NV; v++) samples_free(&s[v]);
   free(src);
   free(target);
+  free(rtarget);
   MPI_Finalize();
   return 0;
 }

@@ -4,7 +4,9 @@
  * both, interleaved. The same handler indices are registered to different handlers
  * on A and B and must dispatch to the right one, with fh_am_source giving the rank in
  * that context's communicator. A handle of one context is unknown to the other. Both
- * are finalized; MPI is still usable; a new context on MPI_COMM_WORLD still works.
+ * are finalized; MPI is still usable; a new context on MPI_COMM_WORLD still works,
+ * and a rank waiting in one context (fh_finalize) answers what a peer needs from it in
+ * another (the invalidation of an fh_mem_unregister).
  *
  * Note: the split never makes single-rank communicators, because Open MPI 4.1's
  * osc/rdma fails MPI_Win_create on a communicator of one process (MPI_ERR_WIN, see
@@ -234,7 +236,25 @@ int main(int argc, char **argv) {
   CHECK_OK(fh_put(c, right, hs[right], &x, 1));
   MPI_Barrier(MPI_COMM_WORLD);
   CHECK(h[0] == (unsigned char)((wr + wn - 1) % wn), "put on a context created after two were finalized");
+
+  /* A wait in one context serves the others: rank 0 unregisters memory the other
+   * ranks hold through context c (they put into it), while they already wait in
+   * context d's fh_finalize for rank 0. That wait must answer c's invalidation, or
+   * both sides wait for ever. */
+  fh_ctx_t *d;
+  CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &d));
+  unsigned char *m = malloc(4096);
+  CHECK(m != NULL, "malloc");
+  CHECK_OK(fh_mem_register(c, m, 4096));
+  void *ms[256];
+  exchange_ptrs(m, ms, MPI_COMM_WORLD);
+  if (wr != 0) CHECK_OK(fh_put(c, 0, (unsigned char *)ms[0] + wr, &x, 1));
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (wr == 0) CHECK_OK(fh_mem_unregister(c, m, 4096));
+  CHECK_OK(fh_finalize(d)); /* collective: the others wait here for rank 0 */
+  if (wr != 0) CHECK_OK(fh_mem_unregister(c, m, 4096));
   CHECK_OK(fh_finalize(c));
+  free(m);
 
   TEST_PASS("contexts");
   MPI_Finalize();

@@ -112,6 +112,14 @@ extra test_vis 4 - FH_VIS_ALGORITHM=pack
 extra test_vis 8 - FH_SHM=0 FH_CMA=0
 extra test_vis 4 - FH_VIS_ALGORITHM=pack FH_SHM=0 FH_PROGRESS=thread
 extra test_extended 4 - FH_VIS_ALGORITHM=pack FH_SHM=0
+# The datatype algorithm (one MPI put/get with hindexed types) into the heap and
+# registered memory on the MPI path; and auto never packing (datatype or direct).
+extra test_vis 2 - FH_VIS_ALGORITHM=datatype FH_SHM=0 FH_CMA=0
+extra test_vis 4 - FH_VIS_ALGORITHM=datatype FH_SHM=0
+extra test_vis 4 - FH_SHM=0 FH_CMA=0 FH_VIS_PACK_MAX=0
+# A wait in one context serves the others (through MPI: FH_SHM=0).
+extra test_contexts 2 - FH_SHM=0
+extra test_contexts 4 - FH_SHM=0
 extra test_coll 5 -
 extra test_barrier 3 -
 extra test_barrier 5 -

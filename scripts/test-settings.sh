@@ -63,7 +63,8 @@ run FH_STALL_ABORT "" 60
 run FH_CMA 1 0
 run FH_DEBUG_TABLES 0 1
 run FH_VIS_ALGORITHM auto pack
-run FH_VIS_PACK_MAX 2048 0
+run FH_VIS_ALGORITHM direct datatype
+run FH_VIS_PACK_MAX 1K 0
 # Every setting of the table is covered above.
 for v in $(echo "$scopes" | sed -n 's/^  \(FH_[A-Z_0-9]*\) .*/\1/p'); do
   grep -q "^run $v " "$0" || { echo "FAIL $v has no case in $0"; fail=$((fail+1)); }

@@ -121,6 +121,33 @@ pub fn serve() -> usize {
     n
 }
 
+/// Poll every served context but `me` once: a blocking wait of one context keeps
+/// the others answering (as a blocking MPI call progresses every communicator), so
+/// a rank waiting in one context never starves a peer waiting in another (an
+/// `fh_mem_unregister` in one while the peer already finalizes the next; a
+/// finalizing context is no longer in the list, so "others" is then all of it).
+/// Costs one relaxed load when no context is served.
+pub fn serve_others(me: &CtxInner) -> usize {
+    if ACTIVE.load(Ordering::Relaxed) == 0 || super::am::in_handler() {
+        return 0;
+    }
+    let Some(g) = SERVED.try_read() else {
+        return 0;
+    };
+    let mut n = 0;
+    for c in g.iter().filter(|c| !std::ptr::eq(Arc::as_ptr(c), me)) {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.progress_once())) {
+            Ok(Ok(k)) => n += k,
+            Ok(Err(e)) => c.record_async_error(e),
+            Err(_) => c.record_async_error(crate::err!(
+                Internal,
+                "panic while serving the library from another context's wait"
+            )),
+        }
+    }
+    n
+}
+
 /// Every served context's ranks meet in a barrier that serves the library while it
 /// waits (`MPI_Finalize`), in creation order.
 pub fn serving_barriers(serve: &mut dyn FnMut() -> usize) {

@@ -18,6 +18,9 @@
 //!   by the wait's own test first; a barrier wait does not blame a peer that
 //!   notified this barrier before it finalized (the epoch in its life word). Waits for what a finalizing rank still serves (moves,
 //!   AM handlers, acknowledgements) go on: it serves until every rank finalizes.
+//! - every few rounds, the process's other contexts are polled too
+//!   (`progress::serve_others`): a wait in one context never starves a peer that
+//!   waits for this rank in another.
 
 use super::ctx::CtxInner;
 use crate::runtime::error::{Error, Result};
@@ -74,6 +77,9 @@ impl Wait {
 /// How often a wait that needs a peer's call looks at the peers' life words.
 const LIFE_EVERY: Duration = Duration::from_millis(50);
 
+/// Rounds of a wait loop between polls of the process's other contexts.
+const SERVE_OTHERS_EVERY: u32 = 16;
+
 /// Rounds of a wait loop between clock reads.
 const ROUNDS_PER_CHECK: u32 = 256;
 
@@ -108,6 +114,9 @@ impl<'a> Watch<'a> {
     #[inline]
     pub fn round(&mut self) -> Result<()> {
         self.rounds = self.rounds.wrapping_add(1);
+        if self.rounds % SERVE_OTHERS_EVERY == 0 {
+            super::progress::serve_others(self.ctx);
+        }
         if self.rounds % ROUNDS_PER_CHECK != 0 {
             return Ok(());
         }

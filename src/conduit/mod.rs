@@ -317,6 +317,24 @@ pub trait Conduit: Send + Sync {
         None
     }
 
+    /// One operation moving many pieces `(raddr, local, len)` with `rank` (MPI: one
+    /// put or get with derived datatypes), completed by a later flush unless `sync`.
+    /// `None` when this conduit has no such operation for these pieces (the caller
+    /// moves them one by one). The caller guarantees the pieces lie in memory the
+    /// target exposes as one unit (its heap, or one registered region).
+    ///
+    /// # Safety
+    /// Every `local` range valid until completion; every `raddr` accessible.
+    unsafe fn rma_v(
+        &self,
+        _rank: usize,
+        _put: bool,
+        _pieces: &[(usize, usize, usize)],
+        _sync: bool,
+    ) -> Option<Result<()>> {
+        None
+    }
+
     /// Whether [`Conduit::copy_any`] reaches `rank`.
     fn reaches_any_address(&self, _rank: usize) -> bool {
         false

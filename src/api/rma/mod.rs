@@ -644,17 +644,23 @@ impl CtxInner {
             None => self.transfer(dir, r, remote, local, nbytes, false)?,
         }
         self.count_rma(dir, nbytes);
-        if region {
-            self.rma.region_add(r, None);
-        } else {
-            let mut g = self.rma.inner.lock();
-            match dir {
-                Dir::Put => g.nbi_puts = true,
-                Dir::Get => g.nbi_gets = true,
-            }
-        }
+        self.nbi_issued(dir, r, region);
         self.maybe_poll();
         Ok(())
+    }
+
+    /// An implicit-handle operation to `r` was issued (it completes with a flush of
+    /// `r`): into this thread's access region (`region`), else into the implicit set.
+    pub(crate) fn nbi_issued(&self, dir: Dir, r: usize, region: bool) {
+        if region {
+            self.rma.region_add(r, None);
+            return;
+        }
+        let mut g = self.rma.inner.lock();
+        match dir {
+            Dir::Put => g.nbi_puts = true,
+            Dir::Get => g.nbi_gets = true,
+        }
     }
 
     pub fn put_nbi(&self, rank: i64, dst: usize, src: usize, nbytes: usize) -> Result<()> {

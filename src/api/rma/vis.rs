@@ -1,7 +1,20 @@
-//! Non-contiguous put and get (seed 002 VIS: vector, indexed, strided) on the
-//! direct algorithm: the two sides' runs are paired into segments ([`super::shape`])
-//! and each segment is one transfer of the contiguous engine, with one completion
-//! for the whole call.
+//! Non-contiguous put and get (seed 002 VIS: vector, indexed, strided): the two
+//! sides' runs are paired into segments ([`super::shape`]) and moved by one of four
+//! algorithms, chosen per call (seed 002's implementation notes on algorithm
+//! selection), with one completion for the whole call:
+//! - **node peer** (`node_copy`): to a node peer the kernel copy reaches, the
+//!   segments outside its heap and registered memory in one vectored copy;
+//! - **pack** ([`super::pack`]): the segments in AM mediums, unpacked by the target;
+//! - **datatype** (`typed`): one conduit operation with derived datatypes, where the
+//!   target section is the peer's heap or one region it registered;
+//! - **direct**: each segment one transfer of the contiguous engine (heap and
+//!   registered memory one-sided or through the node mapping, the rest through
+//!   Firehose).
+//!
+//! `FH_VIS_ALGORITHM=auto`: node peer where it applies; then, off the node, pack if
+//! the segments average at most `FH_VIS_PACK_MAX` bytes, else datatype where it
+//! applies, else direct. `pack` forces pack; `datatype` and `direct` force theirs
+//! where they apply (the node-peer copy still serves node peers' user memory).
 //!
 //! Guarantees:
 //! - every argument is checked before anything moves: the shapes and their totals
@@ -9,12 +22,9 @@
 //!   structures; so a refused call has written nothing. Once transfers are issued, a
 //!   refusal by the target (`FH_ERR_ACCESS`) may leave earlier pieces written;
 //! - the caller's lists are read before the call returns;
-//! - to a node peer the kernel copy reaches, the segments outside its heap and
-//!   registered memory move in one vectored copy (`node_copy`); every other segment
-//!   takes the contiguous engine's path for its memory (heap and registered memory
-//!   one-sided or through the node mapping, the rest through Firehose), and a non-blocking call never waits for a
-//!   firehose move: its pieces that miss are deferred like `fh_put_nb`'s, and its
-//!   handle (`Op::Group`) completes when every piece has;
+//! - a non-blocking call never waits for a firehose move: its direct pieces that
+//!   miss are deferred like `fh_put_nb`'s, and its handle (`Op::Group`) completes
+//!   when every piece (and every packed message) has;
 //! - overlapping destination pieces: the bytes written there are those of one of the
 //!   overlapping pieces, which one is unspecified (as in GASNet).
 
@@ -97,6 +107,75 @@ impl CtxInner {
             && segs.iter().map(|g| g.len).sum::<usize>() / segs.len() <= max
     }
 
+    /// The datatype algorithm (seed 002's "MPI derived datatypes on the MPI
+    /// conduit"): one conduit operation for every segment (`Conduit::rma_v`: one
+    /// `MPI_Put`/`MPI_Get` with hindexed datatypes), when asked for
+    /// (`FH_VIS_ALGORITHM=datatype`) or, under `auto`, when the segments average more
+    /// than `FH_VIS_PACK_MAX` bytes; only where the target section lies in the
+    /// peer's heap or one region it registered (one window attachment) and the
+    /// conduit reaches it with MPI. `None`: not applicable, the caller goes on with
+    /// direct.
+    fn typed(
+        &self,
+        dir: Dir,
+        r: usize,
+        segs: &[Segment],
+        how: Completion,
+    ) -> Result<Option<Handle>> {
+        let total: usize = segs.iter().map(|g| g.len).sum();
+        let wanted = match self.cfg.rma.vis_algo {
+            VisAlgo::Datatype => true,
+            VisAlgo::Auto => segs.len() >= 2 && total / segs.len() > self.cfg.rma.vis_pack_max,
+            _ => false,
+        };
+        if !wanted || self.fh.local_side || r == self.rank {
+            return Ok(None);
+        }
+        let lo = segs.iter().map(|g| ends(dir, g).0).min().unwrap_or(0);
+        let hi = segs
+            .iter()
+            .map(|g| ends(dir, g).0 + g.len)
+            .max()
+            .unwrap_or(0);
+        if self.plain_access(r, lo, hi - lo).is_none() && !self.regtab_lookup(r, lo, hi - lo)? {
+            return Ok(None);
+        }
+        let Some(_proof) = self.plain_access(r, lo, hi - lo) else {
+            return Ok(None);
+        };
+        let pieces: Vec<(usize, usize, usize)> = segs
+            .iter()
+            .map(|g| {
+                let (rem, loc) = ends(dir, g);
+                (rem, loc, g.len)
+            })
+            .collect();
+        let sync = how == Completion::Blocking;
+        // SAFETY: the local pieces are valid until completion (the public functions'
+        // contract); the remote extent is the peer's heap or a region it registered
+        // (proof held).
+        match unsafe { self.conduit.rma_v(r, dir == Dir::Put, &pieces, sync) } {
+            None => return Ok(None),
+            Some(res) => res?,
+        }
+        for g in segs {
+            self.count_rma(dir, g.len);
+        }
+        Ok(Some(match how {
+            Completion::Blocking => HANDLE_NULL,
+            Completion::Explicit => {
+                self.maybe_poll();
+                self.rma.new_handle(r)
+            }
+            Completion::Implicit => {
+                self.rma.bump(r);
+                self.nbi_issued(dir, r, self.rma.in_region());
+                self.maybe_poll();
+                HANDLE_NULL
+            }
+        }))
+    }
+
     /// The pack algorithm (`super::pack`) with each completion.
     fn packed(&self, dir: Dir, r: usize, segs: &[Segment], how: Completion) -> Result<Handle> {
         let pieces: Vec<(usize, usize, usize)> = segs
@@ -166,6 +245,9 @@ impl CtxInner {
         }
         if forced || self.pack_pays(r, &segs) {
             return self.packed(dir, r, &segs, how);
+        }
+        if let Some(h) = self.typed(dir, r, &segs, how)? {
+            return Ok(h);
         }
         if how == Completion::Implicit {
             for g in &segs {

@@ -433,6 +433,17 @@ impl Conduit for MpiConduit {
         )
     }
 
+    unsafe fn rma_v(
+        &self,
+        rank: usize,
+        put: bool,
+        pieces: &[(usize, usize, usize)],
+        sync: bool,
+    ) -> Option<Result<()>> {
+        // SAFETY: forwarded contract.
+        unsafe { self.rma_typed(put, rank, pieces, sync) }
+    }
+
     fn reaches_any_address(&self, rank: usize) -> bool {
         self.single_copy_pid(rank).is_some()
     }

@@ -223,6 +223,148 @@ impl MpiConduit {
         Ok(())
     }
 
+    /// The datatype algorithm of a non-contiguous transfer: one `MPI_Put`/`MPI_Get`
+    /// of all `pieces` `(raddr, local, len)`, with an `MPI_Type_create_hindexed`
+    /// on each side. `None` when MPI is not the path to these pieces (own rank, the
+    /// node-shared heap, the kernel copy), when they do not all fall in one window,
+    /// or when a count does not fit an int. A dynamic-window caller guarantees the
+    /// pieces' whole extent lies in one attachment (MPI refuses a datatype spanning
+    /// two).
+    ///
+    /// # Safety
+    /// Every `local` range valid (readable for puts, writable for gets) until the
+    /// operation completes; every `raddr` accessible on `rank`.
+    pub(super) unsafe fn rma_typed(
+        &self,
+        is_put: bool,
+        rank: usize,
+        pieces: &[(usize, usize, usize)],
+        sync: bool,
+    ) -> Option<Result<()>> {
+        if rank == self.rank || pieces.is_empty() || pieces.len() > i32::MAX as usize {
+            return None;
+        }
+        let (win, _, bit) = self.resolve(rank, pieces[0].0, pieces[0].2);
+        let served_elsewhere = match bit {
+            WIN_HEAP => self.peer_heaps[rank].is_some(),
+            _ => self.pid_for_copy(rank).is_some(),
+        };
+        if served_elsewhere {
+            return None;
+        }
+        let mut lens = Vec::with_capacity(pieces.len());
+        let mut tdisp = Vec::with_capacity(pieces.len());
+        let mut odisp = Vec::with_capacity(pieces.len());
+        let base = pieces[0].1;
+        for &(raddr, local, len) in pieces {
+            let (_, d, b) = self.resolve(rank, raddr, len);
+            if b != bit || len > i32::MAX as usize {
+                return None;
+            }
+            lens.push(len as c_int);
+            tdisp.push(d);
+            odisp.push(local.wrapping_sub(base) as isize as ffi::MPI_Aint);
+        }
+        // The target datatype is relative to the lowest displacement, which is the
+        // operation's target_disp (MPI looks the window's memory up from there).
+        let lo = tdisp.iter().copied().min().unwrap_or(0);
+        for d in tdisp.iter_mut() {
+            *d -= lo;
+        }
+        let _s = self.serial();
+        // SAFETY: the lists hold pieces.len() entries each; the types are committed
+        // before use and freed after the call (MPI keeps them until completion);
+        // local and remote validity per this function's contract.
+        Some(unsafe {
+            self.typed_call(
+                is_put,
+                rank,
+                (win, lo),
+                bit,
+                base,
+                &lens,
+                &odisp,
+                &tdisp,
+                sync,
+            )
+        })
+    }
+
+    /// The MPI calls of [`MpiConduit::rma_typed`], under its serialisation guard.
+    ///
+    /// # Safety
+    /// As `rma_typed`; the three lists are of equal length.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn typed_call(
+        &self,
+        is_put: bool,
+        rank: usize,
+        (win, lo): (ffi::MPI_Win, ffi::MPI_Aint),
+        bit: u8,
+        base: usize,
+        lens: &[c_int],
+        odisp: &[ffi::MPI_Aint],
+        tdisp: &[ffi::MPI_Aint],
+        sync: bool,
+    ) -> Result<()> {
+        let n = lens.len() as c_int;
+        // SAFETY: MPI_DATATYPE_NULL-initialised handles are written by the calls.
+        let (mut ot, mut tt) = unsafe { (ffi::RSMPI_DATATYPE_NULL, ffi::RSMPI_DATATYPE_NULL) };
+        // SAFETY: n entries in each list (contract).
+        let rc = unsafe {
+            ffi::MPI_Type_create_hindexed(n, lens.as_ptr(), odisp.as_ptr(), u8t(), &mut ot)
+        };
+        check(rc, || "MPI_Type_create_hindexed (origin)".into())?;
+        // SAFETY: as above.
+        let rc = unsafe {
+            ffi::MPI_Type_create_hindexed(n, lens.as_ptr(), tdisp.as_ptr(), u8t(), &mut tt)
+        };
+        if let Err(e) = check(rc, || "MPI_Type_create_hindexed (target)".into()) {
+            // SAFETY: `ot` was created above.
+            unsafe { ffi::MPI_Type_free(&mut ot) };
+            return Err(e);
+        }
+        let mut retry_until = None;
+        let rc = loop {
+            // SAFETY: committing the types just created; the put/get reads or writes
+            // the local pieces through `ot` from `base` and the remote ones through
+            // `tt` at displacement `lo` (contract).
+            let rc = unsafe {
+                ffi::MPI_Type_commit(&mut ot);
+                ffi::MPI_Type_commit(&mut tt);
+                if is_put {
+                    ffi::MPI_Put(base as *const c_void, 1, ot, rank as c_int, lo, 1, tt, win)
+                } else {
+                    ffi::MPI_Get(base as *mut c_void, 1, ot, rank as c_int, lo, 1, tt, win)
+                }
+            };
+            if rc != ffi::MPI_SUCCESS as c_int
+                && bit == WIN_DYN
+                && range_retry(rc, &mut retry_until)
+            {
+                continue;
+            }
+            break rc;
+        };
+        // SAFETY: freeing the committed types; pending operations keep them alive.
+        unsafe {
+            ffi::MPI_Type_free(&mut ot);
+            ffi::MPI_Type_free(&mut tt);
+        }
+        if rc != ffi::MPI_SUCCESS as c_int {
+            let total: usize = lens.iter().map(|&l| l as usize).sum();
+            return Err(rma_error(rc, is_put, total, rank, lo as usize));
+        }
+        if sync {
+            // SAFETY: flushing the window just used, inside its lock_all epoch.
+            let rc = unsafe { ffi::PMPI_Win_flush(rank as c_int, win) };
+            check(rc, || format!("MPI_Win_flush(rank {})", rank))?;
+        } else if self.used[rank].load(Ordering::Relaxed) & bit == 0 {
+            self.used[rank].fetch_or(bit, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
     /// Start `MPI_Iallreduce(MPI_MAX)` of `v` over the communicator.
     pub(super) fn start_max3(&self, v: [u64; 3]) -> Result<()> {
         let _s = self.serial();
