@@ -128,7 +128,7 @@ pub fn serve() -> usize {
 /// finalizing context is no longer in the list, so "others" is then all of it).
 /// Costs one relaxed load when no context is served.
 pub fn serve_others(me: &CtxInner) -> usize {
-    if ACTIVE.load(Ordering::Relaxed) == 0 || super::am::in_handler() {
+    if ACTIVE.load(Ordering::Relaxed) == 0 || super::am::table::in_handler() {
         return 0;
     }
     let Some(g) = SERVED.try_read() else {

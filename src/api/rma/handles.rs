@@ -5,11 +5,11 @@
 //! Invariants: `completed[r] <= issued[r]`; a slot's generation changes when it is
 //! retired, so a stale handle never names a newer operation.
 
-use super::pack::{PackOp, Packs};
 use crate::bail;
 use crate::firehose::state::OpPins;
 use crate::runtime::error::Result;
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -61,6 +61,71 @@ pub(crate) enum Started {
     Waiting(DeferredRef),
 }
 
+/// One packed operation: its messages' answers still missing, and the first error.
+#[derive(Default)]
+pub(crate) struct PackOp {
+    /// Invariant: the number of its messages whose answer was not processed.
+    pub(crate) left: AtomicUsize,
+    pub(crate) err: Mutex<Option<crate::runtime::error::Error>>,
+}
+
+impl PackOp {
+    /// Every answer is in.
+    pub(crate) fn done(&self) -> bool {
+        self.left.load(Ordering::Acquire) == 0
+    }
+
+    /// Its first error, once (after `done`).
+    pub(crate) fn take_error(&self) -> Result<()> {
+        match self.err.lock().take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// One message's answer was processed (`e`: its refusal).
+    pub(crate) fn answered(&self, e: Option<crate::runtime::error::Error>) {
+        if let Some(e) = e {
+            let mut g = self.err.lock();
+            if g.is_none() {
+                *g = Some(e);
+            }
+        }
+        let before = self.left.fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(before > 0, "more answers than messages");
+    }
+}
+
+/// A packed message in flight.
+pub(crate) struct Msg {
+    pub(crate) op: Arc<PackOp>,
+    pub(crate) rank: usize,
+    /// A get's local destination pieces `(addr, len)`, in the reply's order.
+    pub(crate) scatter: Vec<(usize, usize)>,
+    /// The target pieces (to name a refused one).
+    pub(crate) remote: Vec<(usize, usize)>,
+}
+
+/// The packed messages in flight, by id. Invariant: an id is in `msgs` exactly
+/// while its answer is outstanding.
+#[derive(Default)]
+pub(crate) struct Packs {
+    pub(crate) next: u64,
+    pub(crate) msgs: std::collections::HashMap<u64, Msg>,
+}
+
+/// An open access region (`super::region`).
+/// Invariant: `ranks` is sorted and free of duplicates.
+pub(crate) struct Region {
+    pub(crate) owner: std::thread::ThreadId,
+    /// Ranks an operation of the region was issued to.
+    pub(crate) ranks: Vec<usize>,
+    /// Operations of the region still waiting for their firehose moves when issued.
+    pub(crate) deferred: Vec<DeferredRef>,
+    /// Packed transfers of the region.
+    pub(crate) packs: Vec<Arc<PackOp>>,
+}
+
 #[derive(Clone)]
 pub(crate) enum Op {
     Issued {
@@ -100,7 +165,7 @@ pub(crate) struct Inner {
     /// The first refusal of an implicit-handle transfer, for fh_wait_nbi.
     pub(crate) nbi_error: Option<crate::runtime::error::Error>,
     /// The open access region, if any (`fh_begin_nbi_accessregion`).
-    pub(crate) region: Option<super::region::Region>,
+    pub(crate) region: Option<Region>,
     /// Implicit-handle packed transfers not known to be complete.
     pub(crate) nbi_packs: Vec<Arc<PackOp>>,
 }

@@ -719,7 +719,7 @@ impl CtxInner {
         h: Handle,
         seqs: &[(usize, u64)],
         deferred: &[DeferredRef],
-        packs: &[Arc<pack::PackOp>],
+        packs: &[Arc<handles::PackOp>],
     ) -> Result<bool> {
         if !packs.iter().all(|p| p.done()) {
             if !super::am::in_handler() {

@@ -23,73 +23,20 @@
 //!   control credits;
 //! - a put's source bytes are copied into the messages before the call returns.
 //!
-//! Invariant: `PackOp::left` is the number of messages of the operation whose
-//! answer has not been processed; each message id is in `Packs::msgs` exactly while
-//! its answer is outstanding.
+//! The operations' and messages' records (`PackOp`, `Packs`) are with the rest of
+//! the RMA state in `handles`.
 
-use super::handles::{Dir, RmaState};
-use crate::api::am::Token;
+use super::handles::{Dir, Msg, PackOp, RmaState};
+use crate::api::am::table::Token;
 use crate::api::ctx::CtxInner;
 use crate::api::wire::{Category, Frame, LibHandler};
 use crate::runtime::error::{Error, Result, Status};
 use crate::runtime::os;
-use parking_lot::Mutex;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-/// One packed operation: its messages' answers still missing, and the first error.
-#[derive(Default)]
-pub(crate) struct PackOp {
-    left: AtomicUsize,
-    err: Mutex<Option<Error>>,
-}
-
-impl PackOp {
-    /// Every answer is in.
-    pub(crate) fn done(&self) -> bool {
-        self.left.load(Ordering::Acquire) == 0
-    }
-
-    /// Its first error, once (after `done`).
-    pub(crate) fn take_error(&self) -> Result<()> {
-        match self.err.lock().take() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
-    fn answered(&self, e: Option<Error>) {
-        if let Some(e) = e {
-            let mut g = self.err.lock();
-            if g.is_none() {
-                *g = Some(e);
-            }
-        }
-        let before = self.left.fetch_sub(1, Ordering::AcqRel);
-        debug_assert!(before > 0, "more answers than messages");
-    }
-}
 
 /// Why the target refused a message: status, index of the piece, message.
 type Refused = (Status, usize, String);
-
-/// A message in flight.
-struct Msg {
-    op: Arc<PackOp>,
-    rank: usize,
-    /// A get's local destination pieces `(addr, len)`, in the reply's order.
-    scatter: Vec<(usize, usize)>,
-    /// The target pieces (to name a refused one).
-    remote: Vec<(usize, usize)>,
-}
-
-/// The messages in flight, by id.
-#[derive(Default)]
-pub(crate) struct Packs {
-    next: u64,
-    msgs: HashMap<u64, Msg>,
-}
 
 /// Pieces `(remote, local, len)` grouped into messages of at most `max` bytes:
 /// metadata (8 + 16 per piece) plus, for puts, the data; a get's data (its reply)

@@ -15,27 +15,15 @@
 //!   still waiting for a firehose move at the end; an empty region gives
 //!   `FH_HANDLE_NULL`.
 //!
-//! Invariant: `Region::ranks` is sorted and free of duplicates.
+//! The region's record ([`Region`]) is with the rest of the RMA state in
+//! `handles`.
 
-use super::handles::{DeferredRef, Handle, Op, RmaState, HANDLE_NULL};
-use super::pack::PackOp;
+use super::handles::{DeferredRef, Handle, Op, PackOp, Region, RmaState, HANDLE_NULL};
 use crate::api::ctx::CtxInner;
 use crate::bail;
 use crate::runtime::error::Result;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::ThreadId;
-
-/// An open access region.
-pub(crate) struct Region {
-    owner: ThreadId,
-    /// Ranks an operation of the region was issued to.
-    ranks: Vec<usize>,
-    /// Operations of the region still waiting for their firehose moves when issued.
-    deferred: Vec<DeferredRef>,
-    /// Packed transfers of the region.
-    packs: Vec<Arc<PackOp>>,
-}
 
 impl RmaState {
     /// Does the calling thread have a region open (its `_nbi` operations go there)?
@@ -81,7 +69,7 @@ impl CtxInner {
     /// `fh_begin_nbi_accessregion`.
     pub fn begin_region(&self) -> Result<()> {
         self.check_live()?;
-        crate::api::am::check_not_in_handler("fh_begin_nbi_accessregion")?;
+        crate::api::am::table::check_not_in_handler("fh_begin_nbi_accessregion")?;
         let mut g = self.rma.inner.lock();
         if g.region.is_some() {
             bail!(
