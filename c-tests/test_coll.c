@@ -402,8 +402,8 @@ static void errors(void) {
     /* also with count 0 */
     CHECK_RC(fh_allreduce(ctx, d, r, 0, FH_DOUBLE, ops[oi].op), FH_ERR_INVALID_ARG);
   }
-  static const int bad_dt[] = {-1, 6, 99, 1 << 30};
-  static const int bad_op[] = {-1, 7, 100};
+  static const int bad_dt[] = {-1, 12, 99, 1 << 30};
+  static const int bad_op[] = {-1, 9, 100};
   for (int i = 0; i < 4; i++) {
     CHECK_RC(fh_allreduce(ctx, i32, ri, 4, bad_dt[i], FH_SUM), FH_ERR_INVALID_ARG);
     CHECK_RC(fh_reduce(ctx, 0, i32, ri, 4, bad_dt[i], FH_SUM), FH_ERR_INVALID_ARG);

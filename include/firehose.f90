@@ -116,6 +116,12 @@ module firehose
   integer(c_int), parameter :: FH_UINT64 = 3
   integer(c_int), parameter :: FH_FLOAT = 4
   integer(c_int), parameter :: FH_DOUBLE = 5
+  integer(c_int), parameter :: FH_INT8 = 6
+  integer(c_int), parameter :: FH_INT16 = 7
+  integer(c_int), parameter :: FH_UINT8 = 8
+  integer(c_int), parameter :: FH_UINT16 = 9
+  integer(c_int), parameter :: FH_CFLOAT = 10
+  integer(c_int), parameter :: FH_CDOUBLE = 11
   integer(c_int), parameter :: FH_SUM = 0
   integer(c_int), parameter :: FH_PROD = 1
   integer(c_int), parameter :: FH_MIN = 2
@@ -123,6 +129,8 @@ module firehose
   integer(c_int), parameter :: FH_BAND = 4
   integer(c_int), parameter :: FH_BOR = 5
   integer(c_int), parameter :: FH_BXOR = 6
+  integer(c_int), parameter :: FH_LAND = 7
+  integer(c_int), parameter :: FH_LOR = 8
 
   ! ---- rpipe_open: role, mode (RPIPE_PULL is a flag to OR in: ior) and policy ----
   integer(c_int), parameter :: RPIPE_WRITER = 1
@@ -1648,7 +1656,7 @@ module firehose
       integer(c_int) :: fh_barrier_try
     end function fh_barrier_try
 
-    ! ---- collectives (buffers by c_loc; dt: FH_INT32 .. FH_DOUBLE, op: FH_SUM .. FH_BXOR) ----
+    ! ---- collectives (buffers by c_loc; dt: FH_INT32 .. FH_CDOUBLE, op: FH_SUM .. FH_LOR) ----
     function fh_broadcast(ctx, root, buf, nbytes) bind(C, name="fh_broadcast")
       import :: c_int, c_ptr, c_size_t
       type(c_ptr), value :: ctx

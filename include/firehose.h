@@ -526,12 +526,18 @@ typedef struct rpipe_stats_t {
 } rpipe_stats_t;
 
 /**
- * Element type of a reduction (an int; the FH_INT32 ... FH_DOUBLE values).
+ * Element type of a reduction (an int; the FH_INT32 ... FH_CDOUBLE values). FH_CFLOAT
+ * and FH_CDOUBLE are complex numbers (real, imaginary) of two floats or doubles:
+ * Fortran's complex(4) and complex(8).
  */
 typedef int fh_dtype_t;
 
 /**
- * Reduction operation (an int; FH_SUM ... FH_BXOR; bitwise ones on integers only).
+ * Reduction operation (an int; FH_SUM ... FH_LOR). Bitwise (FH_BAND, FH_BOR,
+ * FH_BXOR) and logical (FH_LAND, FH_LOR: nonzero is true, the result 1 or 0, as
+ * Fortran's logicals) ones on integers only; complex types take FH_SUM and FH_PROD.
+ * Operands combine in rank order (lower ranks on the left, grouped along the
+ * tree), so a result depends only on the number of ranks: the same on every run.
  */
 typedef int fh_op_t;
 
@@ -559,6 +565,18 @@ typedef struct fh_memvec_t {
 
 #define FH_DOUBLE 5
 
+#define FH_INT8 6
+
+#define FH_INT16 7
+
+#define FH_UINT8 8
+
+#define FH_UINT16 9
+
+#define FH_CFLOAT 10
+
+#define FH_CDOUBLE 11
+
 #define FH_SUM 0
 
 #define FH_PROD 1
@@ -572,6 +590,10 @@ typedef struct fh_memvec_t {
 #define FH_BOR 5
 
 #define FH_BXOR 6
+
+#define FH_LAND 7
+
+#define FH_LOR 8
 
 
 

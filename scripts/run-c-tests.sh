@@ -96,6 +96,8 @@ extra test_coll 4 - FH_BCAST_LAMBDA=1
 extra test_coll 4 - FH_SHM=0
 # Rank counts that are not powers of two ($NPS is 2 4 8).
 extra test_coll 3 -
+extra test_coll_types 3 -
+extra test_coll_types 4 - FH_SHM=0
 # Non-contiguous RMA: 3 ranks, every access through MPI and firehose (FH_SHM=0), and
 # firehose under pressure (tiny M: the sections' runs are pinned a few at a time).
 extra test_vis 3 -

@@ -439,7 +439,7 @@ fn collectives_match_a_reference() {
                 }
                 // Bad requests refused, and the next collective works.
                 assert_eq!(
-                    ctx.reduce(0, 8, 8, 1, 9, 0).unwrap_err().status,
+                    ctx.reduce(0, 8, 8, 1, 12, 0).unwrap_err().status,
                     Status::InvalidArg
                 );
                 assert_eq!(

@@ -10,7 +10,9 @@ use std::os::raw::{c_int, c_void};
 /// `flags` for the split-phase barrier: this rank matches any id.
 pub const FH_BARRIER_ANONYMOUS: c_int = 1;
 
-/// Element type of a reduction (an int; the FH_INT32 ... FH_DOUBLE values).
+/// Element type of a reduction (an int; the FH_INT32 ... FH_CDOUBLE values). FH_CFLOAT
+/// and FH_CDOUBLE are complex numbers (real, imaginary) of two floats or doubles:
+/// Fortran's complex(4) and complex(8).
 pub type fh_dtype_t = c_int;
 pub const FH_INT32: fh_dtype_t = 0;
 pub const FH_INT64: fh_dtype_t = 1;
@@ -18,8 +20,18 @@ pub const FH_UINT32: fh_dtype_t = 2;
 pub const FH_UINT64: fh_dtype_t = 3;
 pub const FH_FLOAT: fh_dtype_t = 4;
 pub const FH_DOUBLE: fh_dtype_t = 5;
+pub const FH_INT8: fh_dtype_t = 6;
+pub const FH_INT16: fh_dtype_t = 7;
+pub const FH_UINT8: fh_dtype_t = 8;
+pub const FH_UINT16: fh_dtype_t = 9;
+pub const FH_CFLOAT: fh_dtype_t = 10;
+pub const FH_CDOUBLE: fh_dtype_t = 11;
 
-/// Reduction operation (an int; FH_SUM ... FH_BXOR; bitwise ones on integers only).
+/// Reduction operation (an int; FH_SUM ... FH_LOR). Bitwise (FH_BAND, FH_BOR,
+/// FH_BXOR) and logical (FH_LAND, FH_LOR: nonzero is true, the result 1 or 0, as
+/// Fortran's logicals) ones on integers only; complex types take FH_SUM and FH_PROD.
+/// Operands combine in rank order (lower ranks on the left, grouped along the
+/// tree), so a result depends only on the number of ranks: the same on every run.
 pub type fh_op_t = c_int;
 pub const FH_SUM: fh_op_t = 0;
 pub const FH_PROD: fh_op_t = 1;
@@ -28,6 +40,8 @@ pub const FH_MAX: fh_op_t = 3;
 pub const FH_BAND: fh_op_t = 4;
 pub const FH_BOR: fh_op_t = 5;
 pub const FH_BXOR: fh_op_t = 6;
+pub const FH_LAND: fh_op_t = 7;
+pub const FH_LOR: fh_op_t = 8;
 
 // Literals above (cbindgen prints literals only); they must equal the internal values.
 const _: () = assert!(
@@ -38,6 +52,12 @@ const _: () = assert!(
         && FH_UINT64 == coll::UINT64
         && FH_FLOAT == coll::FLOAT
         && FH_DOUBLE == coll::DOUBLE
+        && FH_INT8 == coll::INT8
+        && FH_INT16 == coll::INT16
+        && FH_UINT8 == coll::UINT8
+        && FH_UINT16 == coll::UINT16
+        && FH_CFLOAT == coll::CFLOAT
+        && FH_CDOUBLE == coll::CDOUBLE
         && FH_SUM == coll::SUM
         && FH_PROD == coll::PROD
         && FH_MIN == coll::MIN
@@ -45,6 +65,8 @@ const _: () = assert!(
         && FH_BAND == coll::BAND
         && FH_BOR == coll::BOR
         && FH_BXOR == coll::BXOR
+        && FH_LAND == coll::LAND
+        && FH_LOR == coll::LOR
 );
 
 /// Opaque distributed lock (`fh_lock_t *`): a generation-checked table entry

@@ -1,6 +1,7 @@
-! test_extended.f90 -- value forms, memset, an access region, fh_test_some and a
-! handler-safe lock from Fortran: every rank writes into its right neighbour's plain
-! allocatable array; MPI_BARRIER separates the phases; every element is checked.
+! test_extended.f90 -- value forms, memset, an access region, fh_test_some, a
+! handler-safe lock, and reductions on complex and logical values, from Fortran:
+! every rank writes into its right neighbour's plain allocatable array;
+! MPI_BARRIER separates the phases; every element is checked.
 ! Rank 0 prints "test_extended (Fortran): OK (np=N)".
 program test_extended
   use mpi
@@ -15,6 +16,8 @@ program test_extended
   integer(c_intptr_t), allocatable :: addrs(:)
   integer(c_int64_t) :: h, v, hs(3)
   integer(c_int) :: rc
+  complex(c_double_complex), target :: z(3), zsum(3)
+  integer(c_int32_t), target :: flag(2), both(2)
 
   call MPI_Init(ierr)
   call MPI_Comm_rank(MPI_COMM_WORLD, me, ierr)
@@ -78,6 +81,19 @@ program test_extended
   if (fh_resume_interrupts(ctx) /= FH_ERR_STATE) call fail("fh_resume_interrupts without a hold")
   call check(fh_hsl_destroy(hsl), "fh_hsl_destroy")
   if (fh_put_val(ctx, right, rb, 1_c_int64_t, 3_c_size_t) /= FH_ERR_INVALID_ARG) call fail("width 3")
+
+  ! Reductions on complex(8) and on logicals held as integer(4) (FH_LAND / FH_LOR).
+  z = [cmplx(me, 1, c_double_complex), cmplx(1, -me, c_double_complex), (0.0_c_double, 2.0_c_double)]
+  call check(fh_allreduce(ctx, c_loc(z), c_loc(zsum), 3_c_size_t, FH_CDOUBLE, FH_SUM), "fh_allreduce complex")
+  if (zsum(1) /= cmplx(np * (np - 1) / 2, np, c_double_complex)) call fail("complex sum (1)")
+  if (zsum(2) /= cmplx(np, -np * (np - 1) / 2, c_double_complex)) call fail("complex sum (2)")
+  if (zsum(3) /= cmplx(0, 2 * np, c_double_complex)) call fail("complex sum (3)")
+  flag = [merge(1_c_int32_t, 0_c_int32_t, me /= 0), 1_c_int32_t]
+  call check(fh_allreduce(ctx, c_loc(flag), c_loc(both), 2_c_size_t, FH_INT32, FH_LAND), "fh_allreduce land")
+  if (both(1) /= 0 .or. both(2) /= 1) call fail("logical and")
+  flag = [merge(1_c_int32_t, 0_c_int32_t, me == np - 1), 0_c_int32_t]
+  call check(fh_allreduce(ctx, c_loc(flag), c_loc(both), 2_c_size_t, FH_INT32, FH_LOR), "fh_allreduce lor")
+  if (both(1) /= 1 .or. both(2) /= 0) call fail("logical or")
 
   call MPI_Barrier(MPI_COMM_WORLD, ierr)
   call check(fh_finalize(ctx), "fh_finalize")

@@ -30,6 +30,14 @@ pub const UINT32: i32 = 2;
 pub const UINT64: i32 = 3;
 pub const FLOAT: i32 = 4;
 pub const DOUBLE: i32 = 5;
+pub const INT8: i32 = 6;
+pub const INT16: i32 = 7;
+pub const UINT8: i32 = 8;
+pub const UINT16: i32 = 9;
+/// A complex number of two floats (real, imaginary): Fortran's `complex(4)`.
+pub const CFLOAT: i32 = 10;
+/// A complex number of two doubles: Fortran's `complex(8)`.
+pub const CDOUBLE: i32 = 11;
 
 pub const SUM: i32 = 0;
 pub const PROD: i32 = 1;
@@ -38,6 +46,11 @@ pub const MAX: i32 = 3;
 pub const BAND: i32 = 4;
 pub const BOR: i32 = 5;
 pub const BXOR: i32 = 6;
+/// Logical and: nonzero is true, the result is 1 or 0 (Fortran's `.and.` on
+/// `logical` values, which are integers of their kind).
+pub const LAND: i32 = 7;
+/// Logical or, as `LAND`.
+pub const LOR: i32 = 8;
 
 /// Largest collective payload accepted (bytes).
 pub const MAX_BYTES: usize = 1 << 40;
@@ -45,28 +58,38 @@ pub const MAX_BYTES: usize = 1 << 40;
 /// Bytes of one element of `dt`.
 pub fn dtype_size(dt: i32) -> Result<usize> {
     Ok(match dt {
+        INT8 | UINT8 => 1,
+        INT16 | UINT16 => 2,
         INT32 | UINT32 | FLOAT => 4,
-        INT64 | UINT64 | DOUBLE => 8,
+        INT64 | UINT64 | DOUBLE | CFLOAT => 8,
+        CDOUBLE => 16,
         _ => bail!(
             InvalidArg,
-            "datatype {} is not an fh_dtype_t (FH_INT32..FH_DOUBLE)",
+            "datatype {} is not an fh_dtype_t (FH_INT32..FH_CDOUBLE)",
             dt
         ),
     })
 }
 
 fn check_op(dt: i32, op: i32) -> Result<()> {
-    if !(SUM..=BXOR).contains(&op) {
+    if !(SUM..=LOR).contains(&op) {
         bail!(
             InvalidArg,
-            "operation {} is not an fh_op_t (FH_SUM..FH_BXOR)",
+            "operation {} is not an fh_op_t (FH_SUM..FH_LOR)",
             op
         );
     }
     if matches!(dt, FLOAT | DOUBLE) && op >= BAND {
         bail!(
             InvalidArg,
-            "bitwise operation {} on a floating-point datatype",
+            "bitwise or logical operation {} on a floating-point datatype",
+            op
+        );
+    }
+    if matches!(dt, CFLOAT | CDOUBLE) && op > PROD {
+        bail!(
+            InvalidArg,
+            "operation {} on a complex datatype (only FH_SUM and FH_PROD are defined)",
             op
         );
     }
@@ -91,7 +114,9 @@ macro_rules! fold {
             MAX => $l.max($r),
             BAND => $l & $r,
             BOR => $l | $r,
-            _ => $l ^ $r,
+            BXOR => $l ^ $r,
+            LAND => (($l != 0) && ($r != 0)) as _,
+            _ => (($l != 0) || ($r != 0)) as _,
         }
     };
     (@op float, $l:expr, $r:expr, $op:expr) => {
@@ -104,15 +129,41 @@ macro_rules! fold {
     };
 }
 
+/// Complex sum or product, element-wise: each element is (real, imaginary) of `$t`.
+macro_rules! fold_complex {
+    ($t:ty, $acc:expr, $x:expr, $op:expr) => {{
+        const S: usize = std::mem::size_of::<$t>();
+        let part = |b: &[u8], k: usize| {
+            <$t>::from_ne_bytes(b[k * S..(k + 1) * S].try_into().expect("S bytes"))
+        };
+        for (a, b) in $acc.chunks_exact_mut(2 * S).zip($x.chunks_exact(2 * S)) {
+            let (ar, ai, br, bi) = (part(a, 0), part(a, 1), part(b, 0), part(b, 1));
+            let (r, i) = if $op == SUM {
+                (ar + br, ai + bi)
+            } else {
+                (ar * br - ai * bi, ar * bi + ai * br)
+            };
+            a[..S].copy_from_slice(&r.to_ne_bytes());
+            a[S..].copy_from_slice(&i.to_ne_bytes());
+        }
+    }};
+}
+
 /// `acc = acc op x`, element-wise (acc is the left operand: lower ranks).
 pub fn combine(acc: &mut [u8], x: &[u8], dt: i32, op: i32) {
     debug_assert_eq!(acc.len(), x.len());
     match dt {
+        INT8 => fold!(i8, acc, x, op, int),
+        INT16 => fold!(i16, acc, x, op, int),
         INT32 => fold!(i32, acc, x, op, int),
         INT64 => fold!(i64, acc, x, op, int),
+        UINT8 => fold!(u8, acc, x, op, int),
+        UINT16 => fold!(u16, acc, x, op, int),
         UINT32 => fold!(u32, acc, x, op, int),
         UINT64 => fold!(u64, acc, x, op, int),
         FLOAT => fold!(f32, acc, x, op, float),
+        CFLOAT => fold_complex!(f32, acc, x, op),
+        CDOUBLE => fold_complex!(f64, acc, x, op),
         _ => fold!(f64, acc, x, op, float),
     }
 }
@@ -207,6 +258,12 @@ fn dt_name(dt: u8) -> String {
         "FH_UINT64",
         "FH_FLOAT",
         "FH_DOUBLE",
+        "FH_INT8",
+        "FH_INT16",
+        "FH_UINT8",
+        "FH_UINT16",
+        "FH_CFLOAT",
+        "FH_CDOUBLE",
     ]
     .get(dt as usize)
     .map_or(format!("datatype {}", dt), |s| s.to_string())
@@ -214,7 +271,8 @@ fn dt_name(dt: u8) -> String {
 
 fn op_name(op: u8) -> String {
     [
-        "FH_SUM", "FH_PROD", "FH_MIN", "FH_MAX", "FH_BAND", "FH_BOR", "FH_BXOR",
+        "FH_SUM", "FH_PROD", "FH_MIN", "FH_MAX", "FH_BAND", "FH_BOR", "FH_BXOR", "FH_LAND",
+        "FH_LOR",
     ]
     .get(op as usize)
     .map_or(format!("operation {}", op), |s| s.to_string())
@@ -1064,6 +1122,33 @@ mod tests {
         combine(&mut a, &0b1010u64.to_ne_bytes(), UINT64, BXOR);
         assert_eq!(u64::from_ne_bytes(a[..].try_into().unwrap()), 0b0110);
         assert!(check_op(FLOAT, BAND).is_err());
-        assert!(dtype_size(9).is_err());
+        assert!(check_op(DOUBLE, LAND).is_err());
+        assert!(check_op(CFLOAT, MIN).is_err());
+        assert!(check_op(CDOUBLE, PROD).is_ok());
+        assert!(check_op(INT8, LOR).is_ok());
+        assert!(check_op(INT32, LOR + 1).is_err());
+        // Small integers wrap; logical ops give 1 or 0.
+        let mut a = [250u8];
+        combine(&mut a, &[10u8], UINT8, SUM);
+        assert_eq!(a, [4]);
+        let mut a = (-3i16).to_ne_bytes();
+        combine(&mut a, &(-7i16).to_ne_bytes(), INT16, MIN);
+        assert_eq!(i16::from_ne_bytes(a), -7);
+        let mut a = 5i32.to_ne_bytes();
+        combine(&mut a, &0i32.to_ne_bytes(), INT32, LAND);
+        assert_eq!(i32::from_ne_bytes(a), 0);
+        let mut a = 0i64.to_ne_bytes();
+        combine(&mut a, &(-9i64).to_ne_bytes(), INT64, LOR);
+        assert_eq!(i64::from_ne_bytes(a), 1);
+        // (1 + 2i)(3 - 4i) = 11 + 2i; (1 + 2i) + (3 - 4i) = 4 - 2i.
+        let c = |r: f64, i: f64| [r.to_ne_bytes(), i.to_ne_bytes()].concat();
+        let mut a = c(1.0, 2.0);
+        combine(&mut a, &c(3.0, -4.0), CDOUBLE, PROD);
+        assert_eq!(a, c(11.0, 2.0));
+        let cf = |r: f32, i: f32| [r.to_ne_bytes(), i.to_ne_bytes()].concat();
+        let mut a = cf(1.0, 2.0);
+        combine(&mut a, &cf(3.0, -4.0), CFLOAT, SUM);
+        assert_eq!(a, cf(4.0, -2.0));
+        assert!(dtype_size(12).is_err());
     }
 }
