@@ -190,15 +190,7 @@ impl CtxInner {
     fn unpack_put(&self, p: &[u8]) -> std::result::Result<(), Refused> {
         let (pieces, head) = parse(p, true).map_err(|w| (Status::InvalidArg, 0, w.to_string()))?;
         self.check_pieces(&pieces)?;
-        let mut at = p.as_ptr() as usize + head;
-        let v: Vec<(usize, usize, usize)> = pieces
-            .iter()
-            .map(|&(addr, len)| {
-                at += len;
-                (addr, at - len, len)
-            })
-            .collect();
-        copy_own(os::VmDir::Write, &v)
+        copy_own(os::VmDir::Write, &pieces, p.as_ptr() as usize + head)
     }
 
     /// The target side of a packed get: check, gather.
@@ -214,15 +206,7 @@ impl CtxInner {
             ));
         }
         let mut out = vec![0u8; total];
-        let mut at = out.as_mut_ptr() as usize;
-        let v: Vec<(usize, usize, usize)> = pieces
-            .iter()
-            .map(|&(addr, len)| {
-                at += len;
-                (addr, at - len, len)
-            })
-            .collect();
-        copy_own(os::VmDir::Read, &v)?;
+        copy_own(os::VmDir::Read, &pieces, out.as_mut_ptr() as usize)?;
         Ok(out)
     }
 
@@ -289,21 +273,33 @@ impl CtxInner {
     }
 }
 
-/// Copy pieces `(addr, buffer, len)` between this process's memory at `addr` and
-/// a message buffer through the kernel (which checks every `addr`: a piece that is
-/// not mapped with the needed protection is an error, never a fault), one system
-/// call per 1024 pieces. On an error, the pieces are redone one by one to name the
-/// first refused one.
-fn copy_own(dir: os::VmDir, v: &[(usize, usize, usize)]) -> std::result::Result<(), Refused> {
+/// Copy `pieces` `(addr, len)` of this process's memory to or from a message buffer
+/// at `buf` (the pieces back to back there) through the kernel, which checks every
+/// `addr`: a piece that is not mapped with the needed protection is an error, never a
+/// fault. One system call per 1024 pieces; on an error, the pieces are redone one by
+/// one to name the first refused one.
+fn copy_own(
+    dir: os::VmDir,
+    pieces: &[(usize, usize)],
+    buf: usize,
+) -> std::result::Result<(), Refused> {
+    let mut at = buf;
+    let v: Vec<(usize, usize, usize)> = pieces
+        .iter()
+        .map(|&(addr, len)| {
+            at += len;
+            (addr, at - len, len)
+        })
+        .collect();
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
-    if os::vm_copy_v(me, dir, v).is_ok() {
+    if os::vm_copy_v(me, dir, &v).is_ok() {
         return Ok(());
     }
-    for (k, &(addr, buf, len)) in v.iter().enumerate() {
+    for (k, &(addr, b, len)) in v.iter().enumerate() {
         let r = match dir {
-            os::VmDir::Write => os::copy_checked(addr, buf, len),
-            os::VmDir::Read => os::copy_checked(buf, addr, len),
+            os::VmDir::Write => os::copy_checked(addr, b, len),
+            os::VmDir::Read => os::copy_checked(b, addr, len),
         };
         r.map_err(|e| (Status::Access, k, e.msg.clone()))?;
     }

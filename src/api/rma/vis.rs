@@ -53,6 +53,17 @@ fn ends(dir: Dir, g: &Segment) -> (usize, usize) {
     }
 }
 
+/// Segments as `(remote, local, len)`, the form the conduit's list operations and
+/// the pack algorithm take.
+fn pieces(dir: Dir, segs: &[Segment]) -> Vec<(usize, usize, usize)> {
+    segs.iter()
+        .map(|g| {
+            let (rem, loc) = ends(dir, g);
+            (rem, loc, g.len)
+        })
+        .collect()
+}
+
 impl CtxInner {
     /// The node-peer algorithm: to a peer the kernel copy reaches, every segment
     /// outside its heap and registered memory moves in one vectored copy (one system
@@ -71,13 +82,7 @@ impl CtxInner {
             rest.extend(any);
             return rest;
         }
-        let pieces: Vec<(usize, usize, usize)> = any
-            .iter()
-            .map(|g| {
-                let (rem, loc) = ends(dir, g);
-                (rem, loc, g.len)
-            })
-            .collect();
+        let pieces = pieces(dir, &any);
         // SAFETY: the local pieces are valid for the call (the public functions'
         // contract); the kernel checks the remote ones.
         match unsafe { self.conduit.copy_any_v(r, dir == Dir::Put, &pieces) } {
@@ -143,13 +148,7 @@ impl CtxInner {
         let Some(_proof) = self.plain_access(r, lo, hi - lo) else {
             return Ok(None);
         };
-        let pieces: Vec<(usize, usize, usize)> = segs
-            .iter()
-            .map(|g| {
-                let (rem, loc) = ends(dir, g);
-                (rem, loc, g.len)
-            })
-            .collect();
+        let pieces = pieces(dir, segs);
         let sync = how == Completion::Blocking;
         // SAFETY: the local pieces are valid until completion (the public functions'
         // contract); the remote extent is the peer's heap or a region it registered
@@ -178,13 +177,7 @@ impl CtxInner {
 
     /// The pack algorithm (`super::pack`) with each completion.
     fn packed(&self, dir: Dir, r: usize, segs: &[Segment], how: Completion) -> Result<Handle> {
-        let pieces: Vec<(usize, usize, usize)> = segs
-            .iter()
-            .map(|g| {
-                let (rem, loc) = ends(dir, g);
-                (rem, loc, g.len)
-            })
-            .collect();
+        let pieces = pieces(dir, segs);
         let op = self.pack_start(dir, r, &pieces)?;
         match how {
             Completion::Blocking => {
