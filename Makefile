@@ -52,7 +52,7 @@ C_TESTS  := $(patsubst c-tests/%.c,$(BUILD)/c-tests/%,$(wildcard c-tests/*.c))
 EXAMPLES := $(patsubst mpi-examples/%.c,$(BUILD)/examples/%,$(wildcard mpi-examples/*.c))
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
-.PHONY: all deps lib header check-header man check-man fortran examples c-tests test test-rust loom tsan \
+.PHONY: all caf deps lib header check-header man check-man fortran examples c-tests test test-rust loom tsan \
         test-c test-c-mpich test-fortran test-pkgconfig test-cmake test-info test-dlopen test-mismatch test-settings stress stress-interop lint demo bench \
         install uninstall clean
 
@@ -163,6 +163,21 @@ test-fortran: fortran lib
 	  echo "interop_f08 (use mpi_f08, MPI_Barrier serves a firehose move) np=$$np FH_SHM=0"; \
 	  FH_SHM=0 timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) $(if $(filter mpich,$(MPI)),,-x FH_SHM) -np $$np $(BUILD)/fortran/interop_f08 || exit 1; \
 	done
+
+# libcaf_firehose: the Co-array Fortran runtime (gfortran -fcoarray=lib) on firehose.
+CAF_SRC  := $(wildcard caf/*.c)
+CAF_DIR  := $(BUILD)/caf
+CAF_OBJ  := $(patsubst caf/%.c,$(CAF_DIR)/obj/%.o,$(CAF_SRC))
+CAF_LINK := -L$(CAF_DIR) -Wl,-rpath,$(CAF_DIR) -lcaf_firehose $(LINK)
+caf: $(CAF_DIR)/libcaf_firehose.so $(CAF_DIR)/libcaf_firehose.a
+$(CAF_DIR)/obj/%.o: caf/%.c caf/caf.h include/firehose.h
+	@mkdir -p $(CAF_DIR)/obj
+	$(MPICC) $(filter-out -std=c11,$(CFLAGS)) -std=gnu11 -fPIC -Iinclude -c $< -o $@
+$(CAF_DIR)/libcaf_firehose.so: $(CAF_OBJ) lib
+	$(MPICC) -shared -Wl,-soname,libcaf_firehose.so.$(MAJOR) -o $@ $(CAF_OBJ) $(LINK)
+	@ln -sf libcaf_firehose.so $(CAF_DIR)/libcaf_firehose.so.$(MAJOR)
+$(CAF_DIR)/libcaf_firehose.a: $(CAF_OBJ)
+	rm -f $@ && ar rcs $@ $(CAF_OBJ)
 
 # Install into a temporary prefix, build a consumer with pkg-config only, run it.
 test-pkgconfig: lib fortran

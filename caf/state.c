@@ -1,0 +1,257 @@
+/* Images, errors, STOP / ERROR STOP and the termination protocol.
+ *
+ * Termination (Fortran 2018 5.3.7): an image that executes STOP, or reaches the end
+ * of the program, first writes `1 + code` into status[me] of every image (remote
+ * atomics: the others' CPUs do nothing), then keeps serving the job: it loops on the
+ * world context's split-phase barrier with id CAF_BARRIER_DONE. A live image's SYNC ALL
+ * uses id CAF_BARRIER_LIVE, so the barrier completes with a mismatch, which tells the
+ * live images that some image has stopped (STAT_STOPPED_IMAGE) without hanging them.
+ * The first barrier in which every image says DONE ends the job everywhere in the
+ * same round; only then are the contexts finalized. So a stopped image never hangs
+ * the others, its memory stays readable, and fh_finalize runs when all have arrived.
+ */
+#include "caf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+caf_state_t caf;
+static bool terminated; /* the image has ended: its contexts are finalized */
+
+/* Static coarrays are registered by constructors that run before main, hence before
+ * _gfortran_caf_init: the first call of any kind initialises. */
+void caf_need_init(void) {
+  if (!caf.ctx) _gfortran_caf_init(NULL, NULL);
+}
+
+int caf_world_of(int image) {
+  caf_team_t *t = caf.current;
+  if (image < 1 || image > t->size) return -1;
+  return t->world[image - 1];
+}
+
+bool caf_stopped(int world) {
+  uint64_t v = 0;
+  fh_atomic_fetch_u64(caf.ctx, caf.me, &caf.status[world], &v);
+  return v != 0;
+}
+
+static void copy_errmsg(char *errmsg, size_t len, const char *msg) {
+  if (!errmsg || len == 0) return;
+  size_t n = strlen(msg);
+  if (n > len) n = len;
+  memcpy(errmsg, msg, n);
+  memset(errmsg + n, ' ', len - n);
+}
+
+/* STAT= given: store `code` and the message, return `code`. Otherwise the error ends
+ * the program, as gfortran's single-image runtime does. */
+int caf_report(int *stat, char *errmsg, size_t errmsg_len, int code, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (stat) {
+    *stat = code;
+    copy_errmsg(errmsg, errmsg_len, msg);
+    return code;
+  }
+  if (code == CAF_STAT_STOPPED_IMAGE) {
+    /* Fortran 2018 11.6.11: without STAT=, a stopped image ends this one normally. */
+    fprintf(stderr, "Image %d: %s\n", caf.me + 1, msg);
+    caf_terminate(0, false);
+  }
+  fprintf(stderr, "Fortran runtime error on image %d: %s\n", caf.me + 1, msg);
+  caf_terminate(1, true);
+}
+
+void caf_fatal(const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "Fortran runtime error on image %d: %s\n", caf.me + 1, msg);
+  caf_terminate(1, true);
+}
+
+void caf_fh_check(int rc, const char *what) {
+  if (rc == FH_OK) return;
+  char why[256];
+  fh_last_error(why, sizeof why);
+  caf_fatal("%s: %s (%s)", what, fh_strerror(rc), why);
+}
+
+enum { CAF_BARRIER_LIVE = 0, CAF_BARRIER_DONE = 1 };
+
+/* Tell every image that this one has stopped. */
+static void announce_stop(int code) {
+  uint64_t v = 1 + (uint64_t)(uint32_t)code;
+  for (int w = 0; w < caf.np; w++) fh_atomic_set_u64(caf.ctx, w, &caf.status_at[w][caf.me], v);
+}
+
+/* Serve the job until every image has stopped (see the top of the file). */
+static void serve_until_all_stopped(void) {
+  for (;;) {
+    int rc = fh_barrier_notify(caf.ctx, CAF_BARRIER_DONE, 0);
+    if (rc != FH_OK) return;
+    do rc = fh_barrier_try(caf.ctx, CAF_BARRIER_DONE, 0);
+    while (rc == FH_NOT_READY);
+    if (rc == FH_OK) return;
+    if (rc != FH_ERR_BARRIER_MISMATCH) return;
+  }
+}
+
+void caf_team_finalize_all(void);
+
+static void end_images(int code) {
+  if (terminated || !caf.ctx) return;
+  terminated = true;
+  caf_flush();
+  fflush(stdout);
+  announce_stop(code);
+  serve_until_all_stopped();
+  caf_team_finalize_all();
+  caf_mem_finalize();
+  fh_free(caf.ctx, caf.status);
+  fh_free(caf.ctx, caf.notes);
+  fh_finalize(caf.ctx);
+  caf.ctx = NULL;
+}
+
+void caf_terminate(int code, bool error) {
+  fflush(stdout);
+  if (error) {
+    fflush(stderr);
+    int flag = 0;
+    MPI_Initialized(&flag);
+    if (flag) MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
+    exit(code ? code : 1);
+  }
+  end_images(code);
+  exit(code);
+}
+
+void _gfortran_caf_init(int *argc, char ***argv) {
+  (void)argc;
+  (void)argv;
+  if (caf.ctx || terminated) return;
+  int rc = fh_init_world(NULL, &caf.ctx);
+  if (rc != FH_OK) {
+    char why[256];
+    fh_last_error(why, sizeof why);
+    fprintf(stderr, "libcaf_firehose: fh_init_world failed: %s (%s)\n", fh_strerror(rc), why);
+    exit(1);
+  }
+  caf.me = fh_rank(caf.ctx);
+  caf.np = fh_size(caf.ctx);
+  caf_team_t *t = &caf.initial;
+  t->ctx = caf.ctx;
+  t->comm = MPI_COMM_WORLD;
+  t->rank = caf.me;
+  t->size = caf.np;
+  t->number = -1;
+  t->world = malloc(sizeof(int) * (size_t)caf.np);
+  for (int i = 0; i < caf.np; i++) t->world[i] = i;
+  caf.current = t;
+  size_t words = sizeof(uint64_t) * (size_t)caf.np;
+  caf.status = fh_malloc(caf.ctx, words);
+  caf.notes = fh_malloc(caf.ctx, words);
+  caf.seen = calloc((size_t)caf.np, sizeof(uint64_t));
+  caf.status_at = malloc(sizeof(void *) * (size_t)caf.np);
+  caf.notes_at = malloc(sizeof(void *) * (size_t)caf.np);
+  if (!caf.status || !caf.notes || !caf.seen || !caf.status_at || !caf.notes_at)
+    caf_fatal("cannot allocate the runtime's image tables (FH_HEAP_SIZE too small?)");
+  memset(caf.status, 0, words);
+  memset(caf.notes, 0, words);
+  caf_fh_check(fh_allgather(caf.ctx, &caf.status, sizeof(void *), caf.status_at), "caf_init");
+  caf_fh_check(fh_allgather(caf.ctx, &caf.notes, sizeof(void *), caf.notes_at), "caf_init");
+}
+
+void _gfortran_caf_finalize(void) { end_images(0); }
+
+int _gfortran_caf_this_image(int distance) {
+  (void)distance;
+  caf_need_init();
+  return caf.current->rank + 1;
+}
+
+int _gfortran_caf_num_images(int distance, int failed) {
+  (void)distance;
+  caf_need_init();
+  if (failed > 0) return 0; /* no image ever fails here: FAIL IMAGE ends the job */
+  return caf.current->size;
+}
+
+void _gfortran_caf_stop_numeric(int code, bool quiet) {
+  if (!quiet) fprintf(stderr, "STOP %d\n", code);
+  caf_terminate(code, false);
+}
+
+void _gfortran_caf_stop_str(const char *s, size_t len, bool quiet) {
+  if (!quiet && s && len) fprintf(stderr, "STOP %.*s\n", (int)len, s);
+  caf_terminate(0, false);
+}
+
+void _gfortran_caf_error_stop(int code, bool quiet) {
+  if (!quiet) fprintf(stderr, "ERROR STOP %d\n", code);
+  caf_terminate(code ? code : 1, true);
+}
+
+void _gfortran_caf_error_stop_str(const char *s, size_t len, bool quiet) {
+  if (!quiet) fprintf(stderr, "ERROR STOP %.*s\n", (int)(s ? len : 0), s ? s : "");
+  caf_terminate(1, true);
+}
+
+void _gfortran_caf_fail_image(void) {
+  fprintf(stderr, "FAIL IMAGE on image %d: this runtime does not continue past failed "
+                  "images; the job ends\n", caf.me + 1);
+  caf_terminate(1, true);
+}
+
+int _gfortran_caf_image_status(int image, void *team) {
+  (void)team;
+  caf_need_init();
+  int w = caf_world_of(image);
+  if (w < 0) caf_fatal("IMAGE_STATUS: image %d is not in the current team", image);
+  return caf_stopped(w) ? CAF_STAT_STOPPED_IMAGE : 0;
+}
+
+/* Fill a rank-1 default-integer result (gfortran allocates it when base_addr is NULL). */
+static void image_list(gfc_desc_t *d, int kind, bool stopped) {
+  caf_team_t *t = caf.current;
+  int n = 0;
+  int *list = malloc(sizeof(int) * (size_t)t->size);
+  for (int i = 0; i < t->size && stopped; i++)
+    if (caf_stopped(t->world[i])) list[n++] = i + 1;
+  size_t esz = kind == 8 ? 8 : 4;
+  d->base_addr = malloc(esz * (size_t)(n ? n : 1));
+  d->offset = -1;
+  d->dtype.elem_len = esz;
+  d->dtype.rank = 1;
+  d->dtype.type = BT_INTEGER;
+  d->span = (ptrdiff_t)esz;
+  d->dim[0].lbound = 1;
+  d->dim[0].ubound = n;
+  d->dim[0].stride = 1;
+  for (int i = 0; i < n; i++) {
+    if (esz == 8) ((int64_t *)d->base_addr)[i] = list[i];
+    else ((int32_t *)d->base_addr)[i] = list[i];
+  }
+  free(list);
+}
+
+void _gfortran_caf_failed_images(gfc_desc_t *d, void *team, int *kind) {
+  (void)team;
+  caf_need_init();
+  image_list(d, kind ? *kind : 4, false);
+}
+
+void _gfortran_caf_stopped_images(gfc_desc_t *d, void *team, int *kind) {
+  (void)team;
+  caf_need_init();
+  image_list(d, kind ? *kind : 4, true);
+}

@@ -1,0 +1,103 @@
+/* Teams (Fortran 2018 11.6.9-11.6.10): FORM TEAM splits the current team's
+ * communicator and creates a firehose context on each part (fh_init_comm_f: every
+ * team's collectives and barriers run on its own context); CHANGE TEAM / END TEAM move
+ * the current team, which image indices, THIS_IMAGE and NUM_IMAGES follow. Puts, gets
+ * and atomics always go through the world context, naming world ranks.
+ * Also RANDOM_INIT.
+ */
+#include "caf.h"
+
+#include <stdlib.h>
+
+static caf_team_t **formed;
+static size_t nformed;
+
+void _gfortran_caf_form_team(int team_number, void **team, int new_index) {
+  caf_need_init();
+  caf_flush();
+  caf_team_t *cur = caf.current;
+  caf_team_t *t = calloc(1, sizeof *t);
+  int key = new_index > 0 ? new_index - 1 : cur->rank;
+  if (team_number <= 0) caf_fatal("FORM TEAM: team number %d must be positive", team_number);
+  if (MPI_Comm_split(cur->comm, team_number, key, &t->comm) != MPI_SUCCESS)
+    caf_fatal("FORM TEAM: MPI_Comm_split failed");
+  MPI_Comm_rank(t->comm, &t->rank);
+  MPI_Comm_size(t->comm, &t->size);
+  t->world = malloc(sizeof(int) * (size_t)t->size);
+  MPI_Allgather(&caf.me, 1, MPI_INT, t->world, 1, MPI_INT, t->comm);
+  t->number = team_number;
+  t->parent = cur;
+  caf_fh_check(fh_init_comm_f((int)MPI_Comm_c2f(t->comm), NULL, &t->ctx), "FORM TEAM");
+  formed = realloc(formed, sizeof *formed * (nformed + 1));
+  formed[nformed++] = t;
+  *team = t;
+}
+
+static caf_team_t *team_of(void **team, const char *what) {
+  if (!team || !*team) caf_fatal("%s: the team variable is not defined (no FORM TEAM)", what);
+  return *team;
+}
+
+void _gfortran_caf_change_team(void **team, int coselector) {
+  (void)coselector;
+  caf_need_init();
+  caf_team_t *t = team_of(team, "CHANGE TEAM");
+  if (t->parent != caf.current) caf_fatal("CHANGE TEAM: the team was not formed by the current team");
+  caf_flush();
+  t->active = 1;
+  caf.current = t;
+  caf_barrier(t, NULL, NULL, 0);
+}
+
+void _gfortran_caf_end_team(void **team) {
+  (void)team;
+  caf_need_init();
+  caf_team_t *t = caf.current;
+  if (t == &caf.initial) caf_fatal("END TEAM outside a CHANGE TEAM construct");
+  caf_barrier(t, NULL, NULL, 0);
+  t->active = 0;
+  caf.current = t->parent;
+}
+
+void _gfortran_caf_sync_team(void **team, int unused) {
+  (void)unused;
+  caf_need_init();
+  caf_team_t *t = team_of(team, "SYNC TEAM");
+  caf_barrier(t, NULL, NULL, 0);
+}
+
+int _gfortran_caf_team_number(void **team) {
+  caf_need_init();
+  caf_team_t *t = team && *team ? *team : caf.current;
+  return t->number;
+}
+
+void *_gfortran_caf_get_team(int32_t *level) {
+  caf_need_init();
+  if (level && *level == 0) return &caf.initial; /* INITIAL_TEAM */
+  if (level && *level == 1 && caf.current->parent) return caf.current->parent; /* PARENT_TEAM */
+  return caf.current;
+}
+
+/* Finalize every team context, innermost first (collective within each team). */
+void caf_team_finalize_all(void) {
+  while (nformed > 0) {
+    caf_team_t *t = formed[--nformed];
+    fh_finalize(t->ctx);
+    MPI_Comm_free(&t->comm);
+    free(t->world);
+    free(t);
+  }
+  free(formed);
+  formed = NULL;
+  caf.current = &caf.initial;
+}
+
+/* libgfortran seeds per image with its own generator; `this_image` makes images
+ * distinct when asked. */
+extern void _gfortran_random_init(int32_t repeatable, int32_t image_distinct, int32_t hwm);
+
+void _gfortran_caf_random_init(bool repeatable, bool image_distinct) {
+  caf_need_init();
+  _gfortran_random_init(repeatable, image_distinct, caf.initial.rank + 1);
+}

@@ -1,0 +1,32 @@
+#!/bin/sh
+# Coarray Fortran programs (tests/caf/*.f90) compiled with gfortran -fcoarray=lib
+# against libcaf_firehose, run at 1, 2, 3 and 4 images, with FH_SHM=1 and FH_SHM=0.
+# Usage: run-caf-tests.sh MPIFC "MPIEXEC FLAGS" BUILD_DIR "LINK FLAGS" [test ...]
+set -u
+FC=$1; RUN=$2; OUT=$3/caf-tests; LINK=$4; shift 4
+mkdir -p "$OUT"
+TESTS=${*:-$(ls tests/caf/*.f90)}
+fail=0
+for src in $TESTS; do
+  name=$(basename "$src" .f90)
+  $FC -fcoarray=lib -O2 -g -Wall -Werror -Wno-unused-dummy-argument "$src" -o "$OUT/$name" $LINK || { fail=1; continue; }
+  # What the program must end with: caf_errstop ends with ERROR STOP 3 on image 2.
+  want=0
+  case $name in caf_errstop) want=3 ;; esac
+  for np in 1 2 3 4; do
+    for shm in 1 0; do
+      [ "$name" = caf_errstop ] && [ "$np" = 1 ] && continue
+      log="$OUT/$name.np$np.shm$shm.log"
+      FH_SHM=$shm timeout 120 $RUN -x FH_SHM -np $np "$OUT/$name" > "$log" 2>&1
+      rc=$?
+      if [ $rc -ne $want ] || { [ $want -eq 0 ] && grep -q FAIL "$log"; }; then
+        echo "FAIL: $name np=$np FH_SHM=$shm (exit $rc, wanted $want)"
+        tail -20 "$log"
+        fail=1
+      else
+        echo "ok   $name np=$np FH_SHM=$shm"
+      fi
+    done
+  done
+done
+exit $fail
