@@ -46,7 +46,9 @@ static void array_dim(walk_t *w, const caf_reference_t *r, int i, ptrdiff_t lb, 
   ptrdiff_t lo = r->u.a.dim[i].s.start, hi = r->u.a.dim[i].s.end, step = r->u.a.dim[i].s.stride;
   switch (r->u.a.mode[i]) {
   case CAF_ARR_REF_SINGLE: *base += (lo - lb) * st; return;
-  case CAF_ARR_REF_FULL: lo = lb, hi = ub, step = 1; break;
+  case CAF_ARR_REF_FULL:
+    if (r->type == CAF_REF_ARRAY) lo = lb, hi = ub, step = 1; /* static: bounds given */
+    break;
   case CAF_ARR_REF_OPEN_END: hi = ub, step = step ? step : 1; break;
   case CAF_ARR_REF_OPEN_START: lo = lb, step = step ? step : 1; break;
   case CAF_ARR_REF_VECTOR: {
@@ -193,8 +195,11 @@ static void allocate_like(gfc_desc_t *dst, const caf_sect_t *s) {
     stride *= e;
     n *= (size_t)e;
   }
+  size_t esz = dst->dtype.elem_len ? dst->dtype.elem_len : s->esz;
+  dst->dtype.elem_len = esz;
+  dst->span = (ptrdiff_t)esz;
   dst->offset = rank ? -1 : 0;
-  dst->base_addr = malloc((n ? n : 1) * (dst->dtype.elem_len ? dst->dtype.elem_len : s->esz));
+  dst->base_addr = malloc((n ? n : 1) * esz);
 }
 
 void _gfortran_caf_get_by_ref(void *token, int image_index, gfc_desc_t *dst,

@@ -220,7 +220,7 @@ int _gfortran_caf_image_status(int image, void *team) {
   return caf_stopped(w) ? CAF_STAT_STOPPED_IMAGE : 0;
 }
 
-/* Fill a rank-1 default-integer result (gfortran allocates it when base_addr is NULL). */
+/* Allocate and fill a rank-1 integer result (the caller passes base_addr NULL). */
 static void image_list(gfc_desc_t *d, int kind, bool stopped) {
   caf_team_t *t = caf.current;
   int n = 0;
@@ -229,13 +229,14 @@ static void image_list(gfc_desc_t *d, int kind, bool stopped) {
     if (caf_stopped(t->world[i])) list[n++] = i + 1;
   size_t esz = kind == 8 ? 8 : 4;
   d->base_addr = malloc(esz * (size_t)(n ? n : 1));
-  d->offset = -1;
+  /* Intrinsic results are zero-based; the caller shifts them to its bounds. */
+  d->offset = 0;
   d->dtype.elem_len = esz;
   d->dtype.rank = 1;
   d->dtype.type = BT_INTEGER;
   d->span = (ptrdiff_t)esz;
-  d->dim[0].lbound = 1;
-  d->dim[0].ubound = n;
+  d->dim[0].lbound = 0;
+  d->dim[0].ubound = n - 1;
   d->dim[0].stride = 1;
   for (int i = 0; i < n; i++) {
     if (esz == 8) ((int64_t *)d->base_addr)[i] = list[i];
