@@ -53,7 +53,7 @@ EXAMPLES := $(patsubst mpi-examples/%.c,$(BUILD)/examples/%,$(wildcard mpi-examp
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
 .PHONY: all caf deps lib header check-header man check-man fortran examples c-tests test test-rust loom tsan \
-        test-c test-c-mpich test-fortran test-pkgconfig test-cmake test-info test-dlopen test-mismatch test-settings stress stress-interop lint demo bench \
+        test-c test-c-mpich test-fortran test-caf test-pkgconfig test-cmake test-info test-dlopen test-mismatch test-settings stress stress-interop lint demo bench \
         install uninstall clean
 
 all: lib fortran
@@ -173,11 +173,17 @@ caf: $(CAF_DIR)/libcaf_firehose.so $(CAF_DIR)/libcaf_firehose.a
 $(CAF_DIR)/obj/%.o: caf/%.c caf/caf.h include/firehose.h
 	@mkdir -p $(CAF_DIR)/obj
 	$(MPICC) $(filter-out -std=c11,$(CFLAGS)) -std=gnu11 -fPIC -Iinclude -c $< -o $@
-$(CAF_DIR)/libcaf_firehose.so: $(CAF_OBJ) lib
-	$(MPICC) -shared -Wl,-soname,libcaf_firehose.so.$(MAJOR) -o $@ $(CAF_OBJ) $(LINK)
+$(CAF_DIR)/libcaf_firehose.so: $(CAF_OBJ) caf/exports.map lib
+	$(MPICC) -shared -Wl,-soname,libcaf_firehose.so.$(MAJOR) -Wl,--version-script=caf/exports.map \
+	  -o $@ $(CAF_OBJ) $(LINK)
 	@ln -sf libcaf_firehose.so $(CAF_DIR)/libcaf_firehose.so.$(MAJOR)
 $(CAF_DIR)/libcaf_firehose.a: $(CAF_OBJ)
 	rm -f $@ && ar rcs $@ $(CAF_OBJ)
+
+# Coarray programs (tests/caf) at 1-4 images, FH_SHM=1 and 0, and the ABI coverage.
+test-caf: caf
+	@scripts/check-caf-abi.sh $(CAF_DIR)/libcaf_firehose.so $(patsubst mpif90%,gfortran,$(notdir $(MPIFC)))
+	@scripts/run-caf-tests.sh "$(MPIFC)" "$(MPIEXEC) $(MPIEXEC_FLAGS)" $(BUILD) "$(CAF_LINK)"
 
 # Install into a temporary prefix, build a consumer with pkg-config only, run it.
 test-pkgconfig: lib fortran
@@ -238,7 +244,7 @@ INTEROP_LOOPS ?= 20
 stress-interop: c-tests
 	@MPIEXEC="$(MPIEXEC) $(MPIEXEC_FLAGS)" MPI=$(MPI) LOOPS=$(INTEROP_LOOPS) scripts/loop-interop.sh $(BUILD)/c-tests
 
-test: deps lint test-rust loom tsan check-header lib check-man test-c test-c-mpich test-fortran test-pkgconfig test-cmake test-info test-dlopen test-mismatch test-settings stress
+test: deps lint test-rust loom tsan check-header lib check-man test-c test-c-mpich test-fortran test-pkgconfig test-cmake test-info test-dlopen test-mismatch test-settings test-caf stress
 	$(MAKE) stress-interop INTEROP_LOOPS=3
 	$(MAKE) $(MPICH_VARS) stress-interop INTEROP_LOOPS=1
 	@echo "make test: all suites passed"
@@ -264,12 +270,15 @@ bench: lib $(BENCHES)
 INSTALLED = lib/libfirehose.so lib/libfirehose.so.$(MAJOR) lib/libfirehose.so.$(VERSION) \
             lib/libfirehose.a lib/libfirehose_fortran.a include/firehose.h \
             lib/pkgconfig/firehose.pc bin/firehose_info \
-            lib/cmake/firehose/firehoseConfig.cmake lib/cmake/firehose/firehoseConfigVersion.cmake
+            lib/cmake/firehose/firehoseConfig.cmake lib/cmake/firehose/firehoseConfigVersion.cmake \
+            lib/libcaf_firehose.so lib/libcaf_firehose.so.$(MAJOR) lib/libcaf_firehose.so.$(VERSION) \
+            lib/libcaf_firehose.a lib/pkgconfig/firehose-caf.pc bin/fhcaf bin/fhcafrun
 SUBST = -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|g' -e 's|@MAJOR@|$(MAJOR)|g' \
         -e 's|@MPI@|$(MPI)|g' -e 's|@MPI_PC@|$(MPI_PC)|' -e 's|@MPI_MATCH@|$(MPI_MATCH)|' \
-        -e "s|@MPICC_PATH@|$$(command -v $(MPICC))|" -e "s|@MPIFC_PATH@|$$(command -v $(MPIFC))|"
+        -e "s|@MPICC_PATH@|$$(command -v $(MPICC))|" -e "s|@MPIFC_PATH@|$$(command -v $(MPIFC))|" \
+        -e "s|@MPIEXEC_PATH@|$$(command -v $(MPIEXEC))|"
 
-install: lib fortran
+install: lib fortran caf
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/firehose $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 	  $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/cmake/firehose \
 	  $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 $(DESTDIR)$(PREFIX)/share/man/man7
@@ -287,6 +296,14 @@ install: lib fortran
 	    pkgconfig/firehose.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/firehose.pc
 	sed $(SUBST) cmake/firehoseConfig.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/firehose/firehoseConfig.cmake
 	sed $(SUBST) cmake/firehoseConfigVersion.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/firehose/firehoseConfigVersion.cmake
+	install -m 755 $(CAF_DIR)/libcaf_firehose.so $(DESTDIR)$(PREFIX)/lib/libcaf_firehose.so.$(VERSION)
+	ln -sf libcaf_firehose.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libcaf_firehose.so.$(MAJOR)
+	ln -sf libcaf_firehose.so.$(MAJOR) $(DESTDIR)$(PREFIX)/lib/libcaf_firehose.so
+	install -m 644 $(CAF_DIR)/libcaf_firehose.a $(DESTDIR)$(PREFIX)/lib/libcaf_firehose.a
+	sed $(SUBST) pkgconfig/firehose-caf.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/firehose-caf.pc
+	sed $(SUBST) caf/bin/fhcaf.in > $(DESTDIR)$(PREFIX)/bin/fhcaf
+	sed $(SUBST) caf/bin/fhcafrun.in > $(DESTDIR)$(PREFIX)/bin/fhcafrun
+	chmod 755 $(DESTDIR)$(PREFIX)/bin/fhcaf $(DESTDIR)$(PREFIX)/bin/fhcafrun
 	install -m 644 man/man1/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 man/man3/*.3 $(DESTDIR)$(PREFIX)/share/man/man3/
 	install -m 644 man/man7/*.7 $(DESTDIR)$(PREFIX)/share/man/man7/

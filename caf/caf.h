@@ -23,7 +23,6 @@
 #define FH_CAF_H
 
 #include <firehose.h>
-#include <mpi.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -89,7 +88,6 @@ enum { CAF_STAT_UNLOCKED = 0, CAF_STAT_LOCKED = 1, CAF_STAT_LOCKED_OTHER_IMAGE =
 /* --- teams --- */
 typedef struct caf_team {
   struct fh_ctx_t *ctx; /* collectives and barriers of the team */
-  MPI_Comm comm;
   int rank, size;       /* this image's index - 1, number of images */
   int *world;           /* world[i]: world rank of team image i + 1 */
   int number;           /* TEAM_NUMBER (-1 for the initial team) */
@@ -123,7 +121,6 @@ typedef struct {
   uint64_t **notes_at;
   uint64_t *seen;       /* local: notifications from w consumed so far */
   bool puts_pending;
-  bool mpi_ours;        /* we initialised MPI */
 } caf_state_t;
 extern caf_state_t caf;
 
@@ -172,6 +169,9 @@ void caf_flush(void);
 int xfer_put(int world, caf_sect_t *remote, caf_elty_t rt, caf_sect_t *local, caf_elty_t lt);
 int xfer_get(caf_sect_t *local, caf_elty_t lt, int world, caf_sect_t *remote, caf_elty_t rt);
 void *xfer_fetch(int world, caf_sect_t *remote, size_t *nbytes);
+
+/* team.c */
+void caf_team_finalize_all(void);
 
 /* sync.c */
 int caf_sync_world(int *stat, char *errmsg, size_t errmsg_len);

@@ -105,8 +105,6 @@ static void serve_until_all_stopped(void) {
   }
 }
 
-void caf_team_finalize_all(void);
-
 static void end_images(int code) {
   if (terminated || !caf.ctx) return;
   terminated = true;
@@ -126,9 +124,7 @@ void caf_terminate(int code, bool error) {
   fflush(stdout);
   if (error) {
     fflush(stderr);
-    int flag = 0;
-    MPI_Initialized(&flag);
-    if (flag) MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
+    fh_abort(caf.ctx, code ? code : 1); /* every image ends, with this status */
     exit(code ? code : 1);
   }
   end_images(code);
@@ -150,7 +146,6 @@ void _gfortran_caf_init(int *argc, char ***argv) {
   caf.np = fh_size(caf.ctx);
   caf_team_t *t = &caf.initial;
   t->ctx = caf.ctx;
-  t->comm = MPI_COMM_WORLD;
   t->rank = caf.me;
   t->size = caf.np;
   t->number = -1;

@@ -1,6 +1,5 @@
-/* Teams (Fortran 2018 11.6.9-11.6.10): FORM TEAM splits the current team's
- * communicator and creates a firehose context on each part (fh_init_comm_f: every
- * team's collectives and barriers run on its own context); CHANGE TEAM / END TEAM move
+/* Teams (Fortran 2018 11.6.9-11.6.10): FORM TEAM splits the current team's context
+ * (fh_split: every team's collectives and barriers run on its own context); CHANGE TEAM / END TEAM move
  * the current team, which image indices, THIS_IMAGE and NUM_IMAGES follow. Puts, gets
  * and atomics always go through the world context, naming world ranks.
  * Also RANDOM_INIT.
@@ -16,18 +15,18 @@ void _gfortran_caf_form_team(int team_number, void **team, int new_index) {
   caf_need_init();
   caf_flush();
   caf_team_t *cur = caf.current;
+  if (team_number <= 0) caf_fatal("FORM TEAM: team number %d must be positive", team_number);
   caf_team_t *t = calloc(1, sizeof *t);
   int key = new_index > 0 ? new_index - 1 : cur->rank;
-  if (team_number <= 0) caf_fatal("FORM TEAM: team number %d must be positive", team_number);
-  if (MPI_Comm_split(cur->comm, team_number, key, &t->comm) != MPI_SUCCESS)
-    caf_fatal("FORM TEAM: MPI_Comm_split failed");
-  MPI_Comm_rank(t->comm, &t->rank);
-  MPI_Comm_size(t->comm, &t->size);
+  /* fh_split: the teams set up in turn (sibling contexts created at once collide in
+   * Open MPI 4.1's one-sided component). */
+  caf_fh_check(fh_split(cur->ctx, team_number, key, NULL, &t->ctx), "FORM TEAM");
+  t->rank = fh_rank(t->ctx);
+  t->size = fh_size(t->ctx);
   t->world = malloc(sizeof(int) * (size_t)t->size);
-  MPI_Allgather(&caf.me, 1, MPI_INT, t->world, 1, MPI_INT, t->comm);
+  caf_fh_check(fh_allgather(t->ctx, &caf.me, sizeof(int), t->world), "FORM TEAM");
   t->number = team_number;
   t->parent = cur;
-  caf_fh_check(fh_init_comm_f((int)MPI_Comm_c2f(t->comm), NULL, &t->ctx), "FORM TEAM");
   formed = realloc(formed, sizeof *formed * (nformed + 1));
   formed[nformed++] = t;
   *team = t;
@@ -84,7 +83,6 @@ void caf_team_finalize_all(void) {
   while (nformed > 0) {
     caf_team_t *t = formed[--nformed];
     fh_finalize(t->ctx);
-    MPI_Comm_free(&t->comm);
     free(t->world);
     free(t);
   }

@@ -317,6 +317,23 @@ module firehose
       integer(c_int) :: fh_init_world
     end function fh_init_world
 
+    function fh_split(ctx, color, key, cfg, ctx_out) bind(C, name="fh_split")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: color
+      integer(c_int), value :: key
+      type(c_ptr), value :: cfg
+      type(c_ptr), intent(out) :: ctx_out
+      integer(c_int) :: fh_split
+    end function fh_split
+
+    function fh_abort(ctx, code) bind(C, name="fh_abort")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: code
+      integer(c_int) :: fh_abort
+    end function fh_abort
+
     function fh_finalize(ctx) bind(C, name="fh_finalize")
       import :: c_int, c_ptr
       type(c_ptr), value :: ctx

@@ -1778,6 +1778,37 @@ void fh_config_init(struct fh_config_t *cfg);
 int fh_init_comm_f(int comm_f, const struct fh_config_t *cfg, struct fh_ctx_t **ctx_out);
 
 /**
+ * Collective over `ctx`: split its ranks into parts by `color` (the ranks with one
+ * color form a part, ordered by `key`, then by their rank in `ctx`, as
+ * MPI_Comm_split orders them) and create a context on this rank's part, with the
+ * settings `cfg` (NULL: defaults + environment). Every rank must pass a color >= 0.
+ * The parts set up in turn, in increasing color, one barrier of `ctx` apart: with
+ * Open MPI 4.1, contexts created at the same time (fh_init_comm_f) on the parts of
+ * one MPI_Comm_split can fail with FH_ERR_MPI, because two parts on one node collide
+ * in MPI's one-sided component; fh_split never does. The new context is independent
+ * of `ctx` (finalize each); its collectives and barriers involve only the part.
+ * Errors: FH_ERR_INVALID_ARG (ctx_out NULL; a negative color on any rank: every rank
+ * fails), FH_ERR_STATE (ctx finalized), FH_ERR_UNSUPPORTED (a context of the sim
+ * conduit), FH_ERR_MPI.
+ * Threads: collective over `ctx`; call from one thread per rank. Not from AM handlers.
+ */
+int fh_split(struct fh_ctx_t *ctx,
+             int color,
+             int key,
+             const struct fh_config_t *cfg,
+             struct fh_ctx_t **ctx_out);
+
+/**
+ * End the job now: standard output and error are flushed, then every process of
+ * the job (MPI_Abort on `ctx`'s communicator; with NULL or a finalized context, on
+ * MPI_COMM_WORLD, or this process alone when MPI is not running) ends with exit
+ * status `code` (0 becomes 1: an abort is a failure). For fatal errors, and
+ * Fortran's ERROR STOP. Does not return.
+ * Threads: any thread, at any time, also from AM handlers.
+ */
+int fh_abort(struct fh_ctx_t *ctx, int code);
+
+/**
  * Create a context on MPI_COMM_WORLD, initialising MPI first (with the thread level
  * of FH_MPI_THREAD, default MPI_THREAD_MULTIPLE) if the program has not. If the
  * library initialised MPI, finalizing its last context finalizes MPI.

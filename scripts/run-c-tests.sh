@@ -47,6 +47,23 @@ extra() {
     printf 'FAIL %s\n' "$label"; echo "$out" | tail -30 | sed 's/^/     | /'
   fi
 }
+# A run that must end with a given exit status: expect_exit NAME NP STATUS ARGS...
+expect_exit() {
+  local name=$1 np=$2 want=$3; shift 3
+  local t="$dir/$name" rc
+  [ -x "$t" ] || return 0
+  out=$(timeout 180 $MPIEXEC -np "$np" "$t" "$@" 2>&1); rc=$?
+  if [ "$rc" = "$want" ]; then
+    pass=$((pass+1)); printf 'ok   %s np=%s %s (exit %s)\n' "$name" "$np" "$*" "$rc"
+  else
+    fail=$((fail+1)); failed+=("$name np=$np $*")
+    printf 'FAIL %s np=%s %s: exit %s, wanted %s\n' "$name" "$np" "$*" "$rc" "$want"
+    echo "$out" | tail -30 | sed 's/^/     | /'
+  fi
+}
+# fh_abort ends every rank (the others wait in a barrier) with the given status.
+expect_exit test_split 2 7 abort
+expect_exit test_split 4 7 abort
 # Small M (64 KiB regions: M is 4 regions, MAXVICTIM 1): the working set, 4x
 # limit_bytes, forces misses and evictions.
 SMALL=(FH_FIREHOSE_M=256K FH_FIREHOSE_MAXVICTIM_M=64K FH_FIREHOSE_MAXREGION_SIZE=64K)

@@ -100,6 +100,21 @@ grep -q ' T fh_init_comm_f$' <<<"$syms" || fail "consumer_static does not contai
 step "static binary does not need libfirehose.so (ldd), contains the library code (nm)"
 run2 "$work/consumer_static" "static"
 
+# 2b. Co-array Fortran: libcaf_firehose through pkg-config firehose-caf, and through the
+#     fhcaf / fhcafrun wrappers (make install writes both into $prefix/bin).
+for f in "lib/libcaf_firehose.so.$version" lib/libcaf_firehose.a lib/pkgconfig/firehose-caf.pc bin/fhcaf bin/fhcafrun; do
+  [ -e "$tmp/$f" ] || fail "$f was not installed"
+done
+caflibs=$(pkg-config --libs firehose-caf)
+step "coarray build: $MPIFC -fcoarray=lib consumer_caf.f90 $caflibs"
+# shellcheck disable=SC2086
+$MPIFC -fcoarray=lib tests/pkgconfig/consumer_caf.f90 -o "$work/consumer_caf" $caflibs || fail "coarray build with pkg-config failed"
+run2 "$work/consumer_caf" "coarray (pkg-config)"
+"$tmp/bin/fhcaf" tests/pkgconfig/consumer_caf.f90 -o "$work/consumer_fhcaf" || fail "fhcaf failed"
+out=$(timeout 120 "$tmp/bin/fhcafrun" --oversubscribe -np 3 "$work/consumer_fhcaf" 2>&1) || { echo "$out" >&2; fail "fhcafrun failed"; }
+grep -q '^PASS coarray consumer on 3 images' <<<"$out" || { echo "$out" >&2; fail "fhcafrun: no PASS"; }
+step "coarray (fhcaf / fhcafrun): $(grep '^PASS' <<<"$out")"
+
 # 3. Uninstall removes everything install put there.
 step "make uninstall PREFIX=$tmp"
 # shellcheck disable=SC2086

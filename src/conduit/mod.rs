@@ -365,6 +365,17 @@ pub trait Conduit: Send + Sync {
         Vec::new()
     }
 
+    /// End every process of the job with exit status `code` (does not return).
+    fn abort(&self, code: i32) -> ! {
+        std::process::exit(code)
+    }
+
+    /// The communicator a split of this context starts from (a Fortran handle of a
+    /// private duplicate of the context's communicator), if the transport has one.
+    fn split_parent(&self) -> Option<i32> {
+        None
+    }
+
     /// For transport-specific callers above the API (the MPI interposition): the
     /// conduit as `Any`.
     fn as_any(&self) -> &dyn std::any::Any;
@@ -378,6 +389,9 @@ pub enum Launch {
     /// `MPI_COMM_WORLD`, initialising MPI at this thread level first when nobody has
     /// (the library then finalizes it with its last context).
     World(crate::runtime::config::ThreadLevel),
+    /// A part of the communicator `parent` (a Fortran handle) split by `colour` and
+    /// `key`; collective over `parent` (see `mpi::split`).
+    Split { parent: i32, colour: i32, key: i32 },
 }
 
 /// Start the transport for a new context (collective). `cfg` is this rank's
@@ -395,6 +409,12 @@ pub fn launch<S: crate::runtime::config::Resolved>(
 /// The driver of the interposed blocking calls (transport-specific; see
 /// `api::progress`).
 pub use mpi::interop;
+
+/// End every process of the job with exit status `code` when no context is at hand
+/// (the transport's abort if it is running, else this process's exit).
+pub fn abort_job(code: i32) -> ! {
+    mpi::abort_world(code)
+}
 
 /// Run `hook` when the transport is shut down while contexts are live (the program
 /// calls `MPI_Finalize` first).

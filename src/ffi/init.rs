@@ -226,6 +226,66 @@ pub extern "C" fn fh_init_comm_f(
     })
 }
 
+/// Collective over `ctx`: split its ranks into parts by `color` (the ranks with one
+/// color form a part, ordered by `key`, then by their rank in `ctx`, as
+/// MPI_Comm_split orders them) and create a context on this rank's part, with the
+/// settings `cfg` (NULL: defaults + environment). Every rank must pass a color >= 0.
+/// The parts set up in turn, in increasing color, one barrier of `ctx` apart: with
+/// Open MPI 4.1, contexts created at the same time (fh_init_comm_f) on the parts of
+/// one MPI_Comm_split can fail with FH_ERR_MPI, because two parts on one node collide
+/// in MPI's one-sided component; fh_split never does. The new context is independent
+/// of `ctx` (finalize each); its collectives and barriers involve only the part.
+/// Errors: FH_ERR_INVALID_ARG (ctx_out NULL; a negative color on any rank: every rank
+/// fails), FH_ERR_STATE (ctx finalized), FH_ERR_UNSUPPORTED (a context of the sim
+/// conduit), FH_ERR_MPI.
+/// Threads: collective over `ctx`; call from one thread per rank. Not from AM handlers.
+#[no_mangle]
+pub extern "C" fn fh_split(
+    ctx: *mut fh_ctx_t,
+    color: c_int,
+    key: c_int,
+    cfg: *const fh_config_t,
+    ctx_out: *mut *mut fh_ctx_t,
+) -> c_int {
+    crate::ffi_boundary!(status {
+        if ctx_out.is_null() {
+            crate::bail!(InvalidArg, "ctx_out is NULL");
+        }
+        // SAFETY: validated handle.
+        let parent = unsafe { ctx_ref(ctx)? };
+        parent.check_live()?;
+        let Some(comm) = parent.conduit.split_parent() else {
+            crate::bail!(Unsupported, "fh_split: this context's transport cannot be split");
+        };
+        // SAFETY: cfg is null or a caller-provided fh_config_t.
+        let c = unsafe { overrides(cfg) }.and_then(|o| Settings::from_env(&o));
+        let how = Launch::Split { parent: comm, colour: color, key };
+        finish_init(Context::new(how, c), ctx_out)
+    })
+}
+
+/// End the job now: standard output and error are flushed, then every process of
+/// the job (MPI_Abort on `ctx`'s communicator; with NULL or a finalized context, on
+/// MPI_COMM_WORLD, or this process alone when MPI is not running) ends with exit
+/// status `code` (0 becomes 1: an abort is a failure). For fatal errors, and
+/// Fortran's ERROR STOP. Does not return.
+/// Threads: any thread, at any time, also from AM handlers.
+#[no_mangle]
+pub extern "C" fn fh_abort(ctx: *mut fh_ctx_t, code: c_int) -> c_int {
+    crate::ffi_boundary!(status {
+        let code = if code == 0 { 1 } else { code };
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+        // SAFETY: C's stdio buffers of the program, flushed like exit() would.
+        unsafe { libc::fflush(std::ptr::null_mut()) };
+        // SAFETY: validated handle (an invalid one falls back to the world).
+        match unsafe { ctx_ref(ctx) } {
+            Ok(c) if c.check_live().is_ok() => c.conduit.abort(code),
+            _ => crate::conduit::abort_job(code),
+        }
+    })
+}
+
 /// Create a context on MPI_COMM_WORLD, initialising MPI first (with the thread level
 /// of FH_MPI_THREAD, default MPI_THREAD_MULTIPLE) if the program has not. If the
 /// library initialised MPI, finalizing its last context finalizes MPI.

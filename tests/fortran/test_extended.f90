@@ -1,5 +1,5 @@
 ! test_extended.f90 -- value forms, memset, an access region, fh_test_some, a
-! handler-safe lock, and reductions on complex and logical values, from Fortran:
+! handler-safe lock, reductions on complex and logical values, and fh_split, from Fortran:
 ! every rank writes into its right neighbour's plain allocatable array;
 ! MPI_BARRIER separates the phases; every element is checked.
 ! Rank 0 prints "test_extended (Fortran): OK (np=N)".
@@ -11,7 +11,7 @@ program test_extended
   integer(c_int8_t), allocatable, target, volatile :: b(:)
   integer(c_int8_t), allocatable, target :: src(:)
   integer :: ierr, me, np, right, left, i
-  type(c_ptr) :: ctx, hsl, rb
+  type(c_ptr) :: ctx, hsl, rb, part
   integer(c_intptr_t) :: mine
   integer(c_intptr_t), allocatable :: addrs(:)
   integer(c_int64_t) :: h, v, hs(3)
@@ -94,6 +94,15 @@ program test_extended
   flag = [merge(1_c_int32_t, 0_c_int32_t, me == np - 1), 0_c_int32_t]
   call check(fh_allreduce(ctx, c_loc(flag), c_loc(both), 2_c_size_t, FH_INT32, FH_LOR), "fh_allreduce lor")
   if (both(1) /= 1 .or. both(2) /= 0) call fail("logical or")
+
+  ! fh_split: even and odd ranks form two parts; a sum over each part
+  call check(fh_split(ctx, int(mod(me, 2), c_int), int(me, c_int), c_null_ptr, part), "fh_split")
+  flag = [int(me, c_int32_t), 1_c_int32_t]
+  call check(fh_allreduce(part, c_loc(flag), c_loc(both), 2_c_size_t, FH_INT32, FH_SUM), "fh_allreduce (part)")
+  if (both(2) /= (np + 1 - mod(me, 2)) / 2 .or. fh_size(part) /= both(2)) call fail("size of the part")
+  if (both(1) /= sum([(i, i = mod(me, 2), np - 1, 2)])) call fail("sum over the part")
+  if (fh_rank(part) /= me / 2) call fail("rank in the part")
+  call check(fh_finalize(part), "fh_finalize (part)")
 
   call MPI_Barrier(MPI_COMM_WORLD, ierr)
   call check(fh_finalize(ctx), "fh_finalize")

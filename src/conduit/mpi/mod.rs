@@ -32,6 +32,7 @@ mod cma;
 pub mod interop;
 mod rma;
 mod shm;
+mod split;
 mod startup;
 
 use super::{AtomicOp, Caps, Conduit, Launch, LongSrc, SendId, Sink, Width};
@@ -484,6 +485,17 @@ impl Conduit for MpiConduit {
         ]
     }
 
+    fn abort(&self, code: i32) -> ! {
+        // SAFETY: aborting on a live communicator of this context.
+        unsafe { ffi::PMPI_Abort(self.am_comm.0, code) };
+        std::process::exit(code)
+    }
+
+    fn split_parent(&self) -> Option<i32> {
+        // SAFETY: converting a live communicator handle.
+        Some(unsafe { ffi::RSMPI_Comm_c2f(self.prog_comm.0) })
+    }
+
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
@@ -499,12 +511,23 @@ pub fn launch<S: Resolved>(
     max_frame: fn(&S) -> usize,
 ) -> Result<(std::sync::Arc<dyn Conduit>, S)> {
     boot::open(match how {
-        Launch::Comm(_) => None,
+        Launch::Comm(_) | Launch::Split { .. } => None,
         Launch::World(level) => Some(level),
     })?;
     let comm = comm_from_fint(match how {
         Launch::Comm(f) => f,
         Launch::World(_) => world_fint(),
+        Launch::Split {
+            parent,
+            colour,
+            key,
+        } => {
+            let made = split::launch(parent, colour, key, cfg, max_frame);
+            if made.is_err() {
+                let _ = boot::close();
+            }
+            return made;
+        }
     });
     let made = agree::settings(comm, &cfg)
         .and(cfg)
@@ -516,6 +539,15 @@ pub fn launch<S: Resolved>(
             Err(e)
         }
     }
+}
+
+/// MPI_Abort on MPI_COMM_WORLD if MPI is running, else exit.
+pub fn abort_world(code: c_int) -> ! {
+    if boot::is_initialized() {
+        // SAFETY: MPI is initialised and not finalized; the world communicator.
+        unsafe { ffi::PMPI_Abort(ffi::RSMPI_COMM_WORLD, code) };
+    }
+    std::process::exit(code)
 }
 
 /// Convert a Fortran communicator handle (`MPI_Fint`) to a C one.

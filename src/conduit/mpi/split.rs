@@ -1,0 +1,86 @@
+//! Contexts on the parts of a split communicator, created one part at a time.
+//!
+//! Guarantees: `fh_split` gives every rank of the parent a context on its part, and
+//! no two parts create their MPI windows at the same time. Open MPI 4.1's one-sided
+//! component names its node-shared segment after the communicator's context id, which
+//! the parts of one `MPI_Comm_split` share (ompi#9492): two parts on one node that
+//! create windows concurrently remove each other's segment (`MPI_ERR_WIN`, or a crash).
+//! So the parts take turns, in increasing colour, with a barrier of the parent between
+//! turns; the cost is one barrier per part.
+
+use super::boot::check;
+use super::{agree, comm_from_fint, MpiConduit};
+use crate::conduit::Conduit;
+use crate::runtime::config::Resolved;
+use crate::runtime::error::Result;
+use mpi::ffi;
+use std::os::raw::{c_int, c_void};
+
+/// Every rank's colour, from the parent (which all of it calls this with).
+fn colours(parent: ffi::MPI_Comm, colour: c_int) -> Result<Vec<c_int>> {
+    let mut n: c_int = 0;
+    // SAFETY: a valid communicator and an out-int.
+    check(unsafe { ffi::MPI_Comm_size(parent, &mut n) }, || {
+        "MPI_Comm_size".into()
+    })?;
+    let mut all = vec![0 as c_int; n as usize];
+    // SAFETY: one int in, `n` ints out.
+    let rc = unsafe {
+        ffi::PMPI_Allgather(
+            &colour as *const c_int as *const c_void,
+            1,
+            ffi::RSMPI_INT32_T,
+            all.as_mut_ptr() as *mut c_void,
+            1,
+            ffi::RSMPI_INT32_T,
+            parent,
+        )
+    };
+    check(rc, || "MPI_Allgather (colours)".into())?;
+    Ok(all)
+}
+
+/// Collective over `parent_f`: split it by `colour` (ordered by `key`, then parent
+/// rank) and build this rank's part's conduit, the parts taking turns.
+pub fn launch<S: Resolved>(
+    parent_f: c_int,
+    colour: c_int,
+    key: c_int,
+    cfg: Result<S>,
+    max_frame: fn(&S) -> usize,
+) -> Result<(std::sync::Arc<dyn Conduit>, S)> {
+    let parent = comm_from_fint(parent_f);
+    let all = colours(parent, colour)?;
+    if let Some(r) = all.iter().position(|&c| c < 0) {
+        crate::bail!(
+            InvalidArg,
+            "fh_split: colour {} of rank {r} is negative (every rank needs a part)",
+            all[r]
+        );
+    }
+    // SAFETY: a handle is plain data; MPI_Comm_split writes it below.
+    let mut part: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid communicator; the new one is written to a local.
+    let rc = unsafe { ffi::MPI_Comm_split(parent, colour, key, &mut part) };
+    check(rc, || "MPI_Comm_split".into())?;
+    let mut order = all.clone();
+    order.sort_unstable();
+    order.dedup();
+    let mut cfg = Some(cfg);
+    let mut made = None;
+    for c in order {
+        if c == colour {
+            let cfg = cfg.take().expect("one turn per colour");
+            made = Some(agree::settings(part, &cfg).and(cfg).and_then(|cfg| {
+                MpiConduit::new(part, cfg.core(), max_frame(&cfg)).map(|c| (c, cfg))
+            }));
+        }
+        // SAFETY: the parent, which every rank of it reaches here with.
+        let rc = unsafe { ffi::PMPI_Barrier(parent) };
+        check(rc, || "MPI_Barrier (between parts)".into())?;
+    }
+    // SAFETY: the conduit keeps its own duplicates; this handle is ours to free.
+    unsafe { ffi::MPI_Comm_free(&mut part) };
+    let (c, cfg) = made.expect("our colour is among the colours")?;
+    Ok((std::sync::Arc::new(c), cfg))
+}
