@@ -7,8 +7,9 @@
  * A lock is a 64-bit word: 0 free, else the holder's world rank + 1, taken with one
  * remote compare-and-swap, so STAT_LOCKED / STAT_LOCKED_OTHER_IMAGE know the holder,
  * lock arrays cost one word per element, and nothing is collective.
- * An event is a 64-bit counter: EVENT POST is a remote add after the poster's puts
- * completed; EVENT WAIT waits on the local word and subtracts what it consumed.
+ * An event is a 64-bit notify counter: EVENT POST is a remote add after the poster's
+ * puts completed; EVENT WAIT waits on the local word (fh_signal_wait_until) and
+ * subtracts what it consumed.
  * Every wait polls firehose and yields the CPU, so 8 images on 2 cores progress.
  */
 #include "caf.h"
@@ -199,8 +200,8 @@ void _gfortran_caf_event_wait(void *token, size_t index, int until_count, int *s
   uint64_t *ev = word(token, index, 0, &w, "EVENT WAIT");
   uint64_t want = until_count > 0 ? (uint64_t)until_count : 1;
   caf_flush();
-  unsigned spins = 0;
-  while (load_local(ev) < want) backoff(&spins);
+  /* A notify counter: the library's wait (progress, yielding, stall reports). */
+  caf_fh_check(fh_signal_wait_until(caf.ctx, ev, FH_CMP_GE, want, NULL), "EVENT WAIT");
   caf_fh_check(fh_atomic_add_u64(caf.ctx, caf.me, ev, (uint64_t)0 - want), "EVENT WAIT");
 }
 

@@ -108,6 +108,14 @@ module firehose
 
   ! ---- split-phase barrier flags ----
   integer(c_int), parameter :: FH_BARRIER_ANONYMOUS = 1
+  integer(c_int), parameter :: FH_SIGNAL_SET = 0
+  integer(c_int), parameter :: FH_SIGNAL_ADD = 1
+  integer(c_int), parameter :: FH_CMP_EQ = 0
+  integer(c_int), parameter :: FH_CMP_NE = 1
+  integer(c_int), parameter :: FH_CMP_GT = 2
+  integer(c_int), parameter :: FH_CMP_GE = 3
+  integer(c_int), parameter :: FH_CMP_LT = 4
+  integer(c_int), parameter :: FH_CMP_LE = 5
 
   ! ---- reduction element types (fh_dtype_t) and operations (fh_op_t) ----
   integer(c_int), parameter :: FH_INT32 = 0
@@ -316,6 +324,31 @@ module firehose
       type(c_ptr), intent(out) :: ctx_out
       integer(c_int) :: fh_init_world
     end function fh_init_world
+
+    function fh_put_signal(ctx, rank, dst, src, nbytes, sig_addr, signal, sig_op) &
+        bind(C, name="fh_put_signal")
+      import :: c_int, c_ptr, c_size_t, c_int64_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: dst
+      type(c_ptr), value :: src
+      integer(c_size_t), value :: nbytes
+      type(c_ptr), value :: sig_addr
+      integer(c_int64_t), value :: signal
+      integer(c_int), value :: sig_op
+      integer(c_int) :: fh_put_signal
+    end function fh_put_signal
+
+    function fh_signal_wait_until(ctx, sig_addr, cmp, value, value_out) &
+        bind(C, name="fh_signal_wait_until")
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: sig_addr
+      integer(c_int), value :: cmp
+      integer(c_int64_t), value :: value
+      type(c_ptr), value :: value_out
+      integer(c_int) :: fh_signal_wait_until
+    end function fh_signal_wait_until
 
     function fh_split(ctx, color, key, cfg, ctx_out) bind(C, name="fh_split")
       import :: c_int, c_ptr

@@ -229,6 +229,46 @@
 #define FH_BARRIER_ANONYMOUS 1
 
 /**
+ * `sig_op` of fh_put_signal: the signal word takes the value.
+ */
+#define FH_SIGNAL_SET 0
+
+/**
+ * `sig_op` of fh_put_signal: the value is added to the signal word.
+ */
+#define FH_SIGNAL_ADD 1
+
+/**
+ * `cmp` of fh_signal_wait_until: word == value.
+ */
+#define FH_CMP_EQ 0
+
+/**
+ * word != value.
+ */
+#define FH_CMP_NE 1
+
+/**
+ * word > value.
+ */
+#define FH_CMP_GT 2
+
+/**
+ * word >= value.
+ */
+#define FH_CMP_GE 3
+
+/**
+ * word < value.
+ */
+#define FH_CMP_LT 4
+
+/**
+ * word <= value.
+ */
+#define FH_CMP_LE 5
+
+/**
  * Largest size any setting accepts (1 PiB): a larger value is a mistake, and
  * arithmetic on it (rounding up to pages, adding headers) could overflow.
  */
@@ -2323,6 +2363,52 @@ int fh_allreduce(struct fh_ctx_t *ctx,
  * Threads: one thread per context at a time. Not from AM handlers.
  */
 int fh_allgather(struct fh_ctx_t *ctx, const void *src, size_t nbytes, void *dst);
+
+/**
+ * Put with signal (notify counters; OpenSHMEM 1.5's shmem_put_signal): copy `nbytes`
+ * from `src` to `dst` in `rank`'s address space as fh_put does, then update the
+ * 64-bit word `sig_addr` at `rank`: FH_SIGNAL_SET stores `signal`, FH_SIGNAL_ADD adds
+ * it. The signal is applied after the data is visible there, so a rank that sees the
+ * signal (fh_signal_wait_until, fh_atomic_fetch_u64) sees the data. Signals of many
+ * ranks to one word combine atomically (the word follows the atomics' rules: 8-byte
+ * aligned, in fh_malloc or registered memory of `rank`, or any memory of another
+ * rank). Returns when data and signal are visible; the target's CPU does no work for
+ * heap and registered memory. EVENT POST, SYNC IMAGES and producer/consumer
+ * hand-offs need no barrier with it.
+ * Errors: as fh_put for the data; FH_ERR_INVALID_ARG (unaligned or NULL sig_addr,
+ * unknown sig_op), FH_ERR_ACCESS (a signal word the atomics refuse); a bad signal
+ * word is found before any data moves.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
+ */
+int fh_put_signal(struct fh_ctx_t *ctx,
+                  int rank,
+                  void *dst,
+                  const void *src,
+                  size_t nbytes,
+                  uint64_t *sig_addr,
+                  uint64_t signal,
+                  int sig_op);
+
+/**
+ * Wait until this rank's 64-bit word `sig_addr` compares to `value` as `cmp` says
+ * (FH_CMP_EQ, _NE, _GT, _GE, _LT, _LE; unsigned), progressing the library and
+ * yielding the CPU meanwhile; the value that satisfied it goes to `*value_out`
+ * (which may be NULL). The word is read atomically, as fh_atomic_fetch_u64 with this
+ * rank would: it must be in this rank's fh_malloc memory or a registered region.
+ * Pairs with fh_put_signal and the atomics of other ranks. A wait that cannot finish
+ * reports a stall (FH_STALL_WARN) and gives up with FH_ERR_TRANSPORT at FH_STALL_ABORT
+ * (or when every other rank finalized or exited).
+ * Errors: FH_ERR_INVALID_ARG (unknown cmp, unaligned or NULL sig_addr), FH_ERR_ACCESS
+ * (not heap or registered memory), FH_ERR_STATE (from an AM handler).
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
+ */
+int fh_signal_wait_until(struct fh_ctx_t *ctx,
+                         const uint64_t *sig_addr,
+                         int cmp,
+                         uint64_t value,
+                         uint64_t *value_out);
 
 /**
  * Vector put (seed 002 VIS): the bytes of local pieces `srclist[0..srccount]`, in

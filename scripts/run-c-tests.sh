@@ -61,6 +61,8 @@ expect_exit() {
     echo "$out" | tail -30 | sed 's/^/     | /'
   fi
 }
+# Notify counters through MPI RMA (the off-node path).
+extra test_signal 4 - FH_SHM=0
 # fh_abort ends every rank (the others wait in a barrier) with the given status.
 expect_exit test_split 2 7 abort
 expect_exit test_split 4 7 abort

@@ -360,3 +360,88 @@ pub extern "C" fn fh_allgather(
         OK
     })
 }
+
+/// `sig_op` of fh_put_signal: the signal word takes the value.
+pub const FH_SIGNAL_SET: c_int = 0;
+/// `sig_op` of fh_put_signal: the value is added to the signal word.
+pub const FH_SIGNAL_ADD: c_int = 1;
+/// `cmp` of fh_signal_wait_until: word == value.
+pub const FH_CMP_EQ: c_int = 0;
+/// word != value.
+pub const FH_CMP_NE: c_int = 1;
+/// word > value.
+pub const FH_CMP_GT: c_int = 2;
+/// word >= value.
+pub const FH_CMP_GE: c_int = 3;
+/// word < value.
+pub const FH_CMP_LT: c_int = 4;
+/// word <= value.
+pub const FH_CMP_LE: c_int = 5;
+
+/// Put with signal (notify counters; OpenSHMEM 1.5's shmem_put_signal): copy `nbytes`
+/// from `src` to `dst` in `rank`'s address space as fh_put does, then update the
+/// 64-bit word `sig_addr` at `rank`: FH_SIGNAL_SET stores `signal`, FH_SIGNAL_ADD adds
+/// it. The signal is applied after the data is visible there, so a rank that sees the
+/// signal (fh_signal_wait_until, fh_atomic_fetch_u64) sees the data. Signals of many
+/// ranks to one word combine atomically (the word follows the atomics' rules: 8-byte
+/// aligned, in fh_malloc or registered memory of `rank`, or any memory of another
+/// rank). Returns when data and signal are visible; the target's CPU does no work for
+/// heap and registered memory. EVENT POST, SYNC IMAGES and producer/consumer
+/// hand-offs need no barrier with it.
+/// Errors: as fh_put for the data; FH_ERR_INVALID_ARG (unaligned or NULL sig_addr,
+/// unknown sig_op), FH_ERR_ACCESS (a signal word the atomics refuse); a bad signal
+/// word is found before any data moves.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
+#[no_mangle]
+pub extern "C" fn fh_put_signal(
+    ctx: *mut fh_ctx_t,
+    rank: c_int,
+    dst: *mut c_void,
+    src: *const c_void,
+    nbytes: usize,
+    sig_addr: *mut u64,
+    signal: u64,
+    sig_op: c_int,
+) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        let op = crate::api::sync::signal::signal_op_of(sig_op)?;
+        c.put_signal(rank as i64, dst as usize, src as usize, nbytes, sig_addr as usize, signal, op)?;
+        OK
+    })
+}
+
+/// Wait until this rank's 64-bit word `sig_addr` compares to `value` as `cmp` says
+/// (FH_CMP_EQ, _NE, _GT, _GE, _LT, _LE; unsigned), progressing the library and
+/// yielding the CPU meanwhile; the value that satisfied it goes to `*value_out`
+/// (which may be NULL). The word is read atomically, as fh_atomic_fetch_u64 with this
+/// rank would: it must be in this rank's fh_malloc memory or a registered region.
+/// Pairs with fh_put_signal and the atomics of other ranks. A wait that cannot finish
+/// reports a stall (FH_STALL_WARN) and gives up with FH_ERR_TRANSPORT at FH_STALL_ABORT
+/// (or when every other rank finalized or exited).
+/// Errors: FH_ERR_INVALID_ARG (unknown cmp, unaligned or NULL sig_addr), FH_ERR_ACCESS
+/// (not heap or registered memory), FH_ERR_STATE (from an AM handler).
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
+#[no_mangle]
+pub extern "C" fn fh_signal_wait_until(
+    ctx: *mut fh_ctx_t,
+    sig_addr: *const u64,
+    cmp: c_int,
+    value: u64,
+    value_out: *mut u64,
+) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        let cmp = crate::api::sync::signal::cmp_of(cmp)?;
+        let v = c.signal_wait_until(sig_addr as usize, cmp, value)?;
+        if !value_out.is_null() {
+            // SAFETY: non-null caller-provided out-pointer.
+            unsafe { out(value_out, v, "value_out")? };
+        }
+        OK
+    })
+}

@@ -1,5 +1,6 @@
 ! test_extended.f90 -- value forms, memset, an access region, fh_test_some, a
-! handler-safe lock, reductions on complex and logical values, and fh_split, from Fortran:
+! handler-safe lock, reductions on complex and logical values, put with signal
+! and fh_split, from Fortran:
 ! every rank writes into its right neighbour's plain allocatable array;
 ! MPI_BARRIER separates the phases; every element is checked.
 ! Rank 0 prints "test_extended (Fortran): OK (np=N)".
@@ -12,6 +13,10 @@ program test_extended
   integer(c_int8_t), allocatable, target :: src(:)
   integer :: ierr, me, np, right, left, i
   type(c_ptr) :: ctx, hsl, rb, part
+  type(c_ptr), target :: sigw
+  type(c_ptr), allocatable, target :: sigs(:)
+  integer(c_int64_t), pointer :: words(:)
+  integer(c_int64_t), target :: val, got
   integer(c_intptr_t) :: mine
   integer(c_intptr_t), allocatable :: addrs(:)
   integer(c_int64_t) :: h, v, hs(3)
@@ -25,7 +30,7 @@ program test_extended
   call check(fh_init_comm_f(MPI_COMM_WORLD, c_null_ptr, ctx), "fh_init_comm_f")
   right = mod(me + 1, np)
   left = mod(me + np - 1, np)
-  allocate (b(n), src(n), addrs(0:np - 1))
+  allocate (b(n), src(n), addrs(0:np - 1), sigs(0:np - 1))
   b = -1_c_int8_t
   src = int(me + 1, c_int8_t)
   mine = transfer(c_loc(b), mine)
@@ -94,6 +99,21 @@ program test_extended
   flag = [merge(1_c_int32_t, 0_c_int32_t, me == np - 1), 0_c_int32_t]
   call check(fh_allreduce(ctx, c_loc(flag), c_loc(both), 2_c_size_t, FH_INT32, FH_LOR), "fh_allreduce lor")
   if (both(1) /= 1 .or. both(2) /= 0) call fail("logical or")
+
+  ! notify counter: put my rank into the right neighbour's word 1 and add 1 to its word 0
+  sigw = fh_malloc(ctx, 16_c_size_t)
+  call c_f_pointer(sigw, words, [2])
+  words = 0
+  call check(fh_allgather(ctx, c_loc(sigw), int(c_sizeof(sigw), c_size_t), c_loc(sigs)), "fh_allgather (signal words)")
+  call MPI_Barrier(MPI_COMM_WORLD, ierr)
+  val = int(me, c_int64_t)
+  call check(fh_put_signal(ctx, int(right, c_int), &
+      transfer(transfer(sigs(right), 0_c_intptr_t) + 8_c_intptr_t, c_null_ptr), c_loc(val), 8_c_size_t, &
+      sigs(right), 1_c_int64_t, FH_SIGNAL_ADD), "fh_put_signal")
+  call check(fh_signal_wait_until(ctx, sigw, FH_CMP_GE, 1_c_int64_t, c_loc(got)), "fh_signal_wait_until")
+  if (got /= 1 .or. words(2) /= left) call fail("put with signal")
+  call MPI_Barrier(MPI_COMM_WORLD, ierr)
+  call fh_free(ctx, sigw)
 
   ! fh_split: even and odd ranks form two parts; a sum over each part
   call check(fh_split(ctx, int(mod(me, 2), c_int), int(me, c_int), c_null_ptr, part), "fh_split")

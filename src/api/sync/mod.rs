@@ -21,6 +21,7 @@ pub mod chan;
 pub mod coll;
 pub mod lock;
 pub mod settings;
+pub mod signal;
 pub mod state;
 
 pub use state::SyncState;
