@@ -52,7 +52,7 @@ C_TESTS  := $(patsubst c-tests/%.c,$(BUILD)/c-tests/%,$(wildcard c-tests/*.c))
 EXAMPLES := $(patsubst mpi-examples/%.c,$(BUILD)/examples/%,$(wildcard mpi-examples/*.c))
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
-.PHONY: all caf deps lib header check-header man check-man fortran examples c-tests test test-rust loom tsan \
+.PHONY: all caf bench-caf deps lib header check-header man check-man fortran examples c-tests test test-rust loom tsan \
         test-c test-c-mpich test-fortran test-caf test-pkgconfig test-cmake test-info test-dlopen test-mismatch test-settings stress stress-interop lint demo bench \
         install uninstall clean
 
@@ -262,9 +262,14 @@ demo: lib $(BUILD)/examples/demo $(BUILD)/examples/bitonic $(BUILD)/examples/rpi
 	timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/split_barrier
 	timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/halo3d
 
-bench: lib $(BENCHES)
+bench: lib $(BENCHES) bench-caf
 	@mkdir -p bench-results
 	@MPIEXEC="$(MPIEXEC) $(MPIEXEC_FLAGS)" scripts/run-bench.sh $(BUILD)/bench bench-results
+
+# libcaf_firehose against OpenCoarrays on the same coarray program (2 and 4 images).
+bench-caf: caf
+	@mkdir -p bench-results
+	python3 scripts/run-caf-bench.py bench-results "$(MPIEXEC) $(MPIEXEC_FLAGS)" "$(MPIFC)" "$(CAF_LINK)" 3
 
 # What make install writes, below $(DESTDIR)$(PREFIX).
 INSTALLED = lib/libfirehose.so lib/libfirehose.so.$(MAJOR) lib/libfirehose.so.$(VERSION) \
