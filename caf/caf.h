@@ -115,7 +115,8 @@ typedef struct {
   int me, np;           /* world rank, world size */
   caf_team_t initial;
   caf_team_t *current;
-  uint64_t *status;     /* heap: status[w] = 0 running, else 1 + stop code of world rank w */
+  uint64_t *status;     /* heap: status[w] = 0 running, else 1 + stop code of world rank w;
+                           status[np] = how many images have stopped */
   uint64_t **status_at; /* status_at[w]: address of rank w's status array */
   uint64_t *notes;      /* heap: notes[w] = SYNC IMAGES notifications received from w */
   uint64_t **notes_at;
@@ -129,6 +130,7 @@ void caf_need_init(void);
 void _gfortran_caf_init(int *argc, char ***argv);
 int caf_world_of(int image); /* image index (1-based, current team) -> world rank, or -1 */
 bool caf_stopped(int world);
+bool caf_any_stopped(void);
 int caf_report(int *stat, char *errmsg, size_t errmsg_len, int code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 void caf_fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));

@@ -3,9 +3,10 @@
  * CO_BROADCAST is fh_broadcast (pipelined tree); CO_SUM / CO_MIN / CO_MAX on the
  * integer, real and complex kinds firehose reduces are fh_reduce / fh_allreduce (rank-
  * order trees: results are deterministic and bit-identical on every image). The rest
- * (CHARACTER min/max, integer(16), real(10/16), and CO_REDUCE's user function) gather
- * every image's data with fh_allgather and fold it in image order, so the result is
- * the same on every image and from run to run. Non-contiguous arguments are packed.
+ * (CHARACTER min/max, integer(16), real(10/16), and CO_REDUCE's user function) are
+ * fh_reduce_fn / fh_allreduce_fn with our fold: the same tree, in image order, so the
+ * result is the same on every image and from run to run. Non-contiguous arguments are
+ * packed.
  */
 #include "caf.h"
 
@@ -32,6 +33,7 @@ static void unpack(caf_sect_t *s, char *buf) {
 static int team_check(int *stat, char *errmsg, size_t errmsg_len, const char *what) {
   caf_team_t *t = caf.current;
   caf_flush();
+  if (!caf_any_stopped()) return 0;
   for (int i = 0; i < t->size; i++)
     if (caf_stopped(t->world[i]))
       return caf_report(stat, errmsg, errmsg_len, CAF_STAT_STOPPED_IMAGE,
@@ -76,19 +78,26 @@ static int fh_type(gfc_desc_t *a) {
 }
 
 typedef void (*fold_fn)(char *acc, const char *x, const void *arg);
+typedef struct { fold_fn f; const void *arg; size_t esz; } fold_t;
 
-/* Gather every image's packed data and fold it in image order into `buf`. */
-static int gather_fold(char *buf, size_t bytes, size_t n, size_t esz, fold_fn f, const void *arg,
-                       int result_image) {
+/* fh_reduce_fn's callback: fold element by element (acc: the lower images' side). */
+static void fold_elems(void *inout, const void *in, size_t count, void *user) {
+  const fold_t *t = user;
+  for (size_t k = 0; k < count; k++) t->f((char *)inout + k * t->esz, (const char *)in + k * t->esz, t->arg);
+}
+
+/* A reduction firehose has no built-in operation for: its tree with our fold (the
+ * same rank-ordered tree as the built-in ones). */
+static int tree_fold(char *buf, size_t n, size_t esz, fold_fn f, const void *arg, int result_image) {
   caf_team_t *t = caf.current;
-  char *all = malloc(bytes * (size_t)t->size + 1);
-  int rc = fh_allgather(t->ctx, buf, bytes, all);
-  if (rc == FH_OK && (result_image == 0 || result_image == t->rank + 1)) {
-    memcpy(buf, all, bytes);
-    for (int i = 1; i < t->size; i++)
-      for (size_t k = 0; k < n; k++) f(buf + k * esz, all + (size_t)i * bytes + k * esz, arg);
-  }
-  free(all);
+  fold_t ft = {f, arg, esz};
+  char small[256];
+  size_t bytes = n * esz;
+  char *out = bytes <= sizeof small ? small : malloc(bytes ? bytes : 1);
+  int rc = result_image == 0 ? fh_allreduce_fn(t->ctx, buf, out, n, esz, fold_elems, &ft)
+                             : fh_reduce_fn(t->ctx, result_image - 1, buf, out, n, esz, fold_elems, &ft);
+  if (rc == FH_OK && (result_image == 0 || result_image == t->rank + 1)) memcpy(buf, out, bytes);
+  if (out != small) free(out);
   return rc;
 }
 
@@ -155,11 +164,12 @@ static void co_op(gfc_desc_t *a, int result_image, int *stat, char *errmsg, size
   char *buf = pack(a, &s, &bytes);
   int dt = fh_type(a), rc;
   if (dt >= 0 && !(op != FH_SUM && a->dtype.type == BT_COMPLEX)) {
-    char *out = malloc(bytes ? bytes : 1);
+    char small[256];
+    char *out = bytes <= sizeof small ? small : malloc(bytes);
     if (result_image == 0) rc = fh_allreduce(t->ctx, buf, out, s.n, dt, op);
     else rc = fh_reduce(t->ctx, result_image - 1, buf, out, s.n, dt, op);
     if (rc == FH_OK && (result_image == 0 || result_image == t->rank + 1)) memcpy(buf, out, bytes);
-    free(out);
+    if (out != small) free(out);
   } else {
     /* real(10) and real(16) both take 16 bytes and the descriptor does not say
      * which: gfortran's real(10) (x87 extended) is assumed. */
@@ -167,7 +177,7 @@ static void co_op(gfc_desc_t *a, int result_image, int *stat, char *errmsg, size
                   : a->dtype.type == BT_CHARACTER                        ? 1
                                                                          : a->dtype.elem_len;
     fold_arg_t f = {a->dtype.type, op, s.esz, kind};
-    rc = gather_fold(buf, bytes, s.n, s.esz, fold_generic, &f, result_image);
+    rc = tree_fold(buf, s.n, s.esz, fold_generic, &f, result_image);
   }
   unpack(&s, buf);
   done(rc, stat, errmsg, errmsg_len, what);
@@ -258,7 +268,7 @@ void _gfortran_caf_co_reduce(gfc_desc_t *a, void *(*opr)(void *, void *), int op
   size_t bytes;
   char *buf = pack(a, &s, &bytes);
   user_op_t u = {(void *)opr, opr_flags, a->dtype.type, esz};
-  int rc = gather_fold(buf, bytes, s.n, s.esz, fold_user, &u, result_image);
+  int rc = tree_fold(buf, s.n, s.esz, fold_user, &u, result_image);
   unpack(&s, buf);
   done(rc, stat, errmsg, errmsg_len, "CO_REDUCE");
 }

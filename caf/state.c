@@ -32,6 +32,14 @@ int caf_world_of(int image) {
   return t->world[image - 1];
 }
 
+/* One word says whether any image has stopped (status[np] counts them), so the
+ * common case costs one local atomic read, not one per image. */
+bool caf_any_stopped(void) {
+  uint64_t v = 0;
+  fh_atomic_fetch_u64(caf.ctx, caf.me, &caf.status[caf.np], &v);
+  return v != 0;
+}
+
 bool caf_stopped(int world) {
   uint64_t v = 0;
   fh_atomic_fetch_u64(caf.ctx, caf.me, &caf.status[world], &v);
@@ -90,7 +98,10 @@ enum { CAF_BARRIER_LIVE = 0, CAF_BARRIER_DONE = 1 };
 /* Tell every image that this one has stopped. */
 static void announce_stop(int code) {
   uint64_t v = 1 + (uint64_t)(uint32_t)code;
-  for (int w = 0; w < caf.np; w++) fh_atomic_set_u64(caf.ctx, w, &caf.status_at[w][caf.me], v);
+  for (int w = 0; w < caf.np; w++) {
+    fh_atomic_set_u64(caf.ctx, w, &caf.status_at[w][caf.me], v);
+    fh_atomic_add_u64(caf.ctx, w, &caf.status_at[w][caf.np], 1);
+  }
 }
 
 /* Serve the job until every image has stopped (see the top of the file). */
@@ -153,14 +164,14 @@ void _gfortran_caf_init(int *argc, char ***argv) {
   for (int i = 0; i < caf.np; i++) t->world[i] = i;
   caf.current = t;
   size_t words = sizeof(uint64_t) * (size_t)caf.np;
-  caf.status = fh_malloc(caf.ctx, words);
+  caf.status = fh_malloc(caf.ctx, words + sizeof(uint64_t));
   caf.notes = fh_malloc(caf.ctx, words);
   caf.seen = calloc((size_t)caf.np, sizeof(uint64_t));
   caf.status_at = malloc(sizeof(void *) * (size_t)caf.np);
   caf.notes_at = malloc(sizeof(void *) * (size_t)caf.np);
   if (!caf.status || !caf.notes || !caf.seen || !caf.status_at || !caf.notes_at)
     caf_fatal("cannot allocate the runtime's image tables (FH_HEAP_SIZE too small?)");
-  memset(caf.status, 0, words);
+  memset(caf.status, 0, words + sizeof(uint64_t));
   memset(caf.notes, 0, words);
   caf_fh_check(fh_allgather(caf.ctx, &caf.status, sizeof(void *), caf.status_at), "caf_init");
   caf_fh_check(fh_allgather(caf.ctx, &caf.notes, sizeof(void *), caf.notes_at), "caf_init");

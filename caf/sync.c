@@ -40,7 +40,7 @@ int caf_barrier(caf_team_t *t, int *stat, char *errmsg, size_t errmsg_len) {
       return caf_report(stat, errmsg, errmsg_len, CAF_STAT_STOPPED_IMAGE,
                         "SYNC ALL: an image has stopped");
   } else {
-    for (int i = 0; i < t->size; i++)
+    for (int i = 0; i < t->size && caf_any_stopped(); i++)
       if (caf_stopped(t->world[i]))
         return caf_report(stat, errmsg, errmsg_len, CAF_STAT_STOPPED_IMAGE,
                           "SYNC: image %d of the team has stopped", i + 1);

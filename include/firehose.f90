@@ -26,6 +26,8 @@
 !   fh_pin_cb_t                type(c_funptr), value  (c_funloc of a bind(C)
 !                              subroutine with the fh_pin_cb interface below, or
 !                              c_null_funptr to block)
+!   fh_reduce_fn_t             type(c_funptr), value  (c_funloc of a bind(C)
+!                              subroutine with the fh_reduce_fn interface below)
 !   int comm_f                 integer(c_int), value: the Fortran MPI communicator
 !                              handle itself (e.g. MPI_COMM_WORLD from `use mpi`)
 !   rpipe_t *, rpipe_stats_t * type(c_ptr), value      (c_loc(st) for rpipe_stats_t)
@@ -276,6 +278,19 @@ module firehose
     end subroutine fh_pin_cb
   end interface
 
+  ! The interface of a user-defined reduction for fh_reduce_fn / fh_allreduce_fn
+  ! (pass c_funloc(fn)): inout(i) = inout(i) op in(i) for count elements of the
+  ! call's elem_size; inout holds the lower ranks' side.
+  abstract interface
+    subroutine fh_reduce_fn(inout, input, count, user) bind(C)
+      import :: c_ptr, c_size_t
+      type(c_ptr), value :: inout
+      type(c_ptr), value :: input
+      integer(c_size_t), value :: count
+      type(c_ptr), value :: user
+    end subroutine fh_reduce_fn
+  end interface
+
   interface
     ! ---- status codes, errors and versions ----
     function fh_strerror(status) bind(C, name="fh_strerror")
@@ -324,6 +339,34 @@ module firehose
       type(c_ptr), intent(out) :: ctx_out
       integer(c_int) :: fh_init_world
     end function fh_init_world
+
+    ! C's fh_reduce_fn (the Fortran name fh_reduce_fn is the callback's interface)
+    function fh_reduce_fn_c(ctx, root, src, dst, count, elem_size, fn, user) &
+        bind(C, name="fh_reduce_fn")
+      import :: c_int, c_ptr, c_size_t, c_funptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: root
+      type(c_ptr), value :: src
+      type(c_ptr), value :: dst
+      integer(c_size_t), value :: count
+      integer(c_size_t), value :: elem_size
+      type(c_funptr), value :: fn
+      type(c_ptr), value :: user
+      integer(c_int) :: fh_reduce_fn_c
+    end function fh_reduce_fn_c
+
+    function fh_allreduce_fn(ctx, src, dst, count, elem_size, fn, user) &
+        bind(C, name="fh_allreduce_fn")
+      import :: c_int, c_ptr, c_size_t, c_funptr
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: src
+      type(c_ptr), value :: dst
+      integer(c_size_t), value :: count
+      integer(c_size_t), value :: elem_size
+      type(c_funptr), value :: fn
+      type(c_ptr), value :: user
+      integer(c_int) :: fh_allreduce_fn
+    end function fh_allreduce_fn
 
     function fh_put_signal(ctx, rank, dst, src, nbytes, sig_addr, signal, sig_op) &
         bind(C, name="fh_put_signal")

@@ -582,6 +582,15 @@ typedef int fh_dtype_t;
 typedef int fh_op_t;
 
 /**
+ * A user-defined reduction for fh_reduce_fn / fh_allreduce_fn: combine `count`
+ * elements, `inout[i] = inout[i] op in[i]`, where `inout` holds the lower ranks'
+ * partial result (the left operand) and `in` the higher ranks'. `user` is the
+ * pointer given to the call. It runs inside the collective on any rank, on chunks of
+ * the arrays (`count` may be less than the call's); it must not call firehose.
+ */
+typedef void (*fh_reduce_fn_t)(void *inout, const void *input, size_t count, void *user);
+
+/**
  * One piece of a vector transfer: `len` bytes at `addr`.
  */
 typedef struct fh_memvec_t {
@@ -2354,6 +2363,41 @@ int fh_allreduce(struct fh_ctx_t *ctx,
                  size_t count,
                  fh_dtype_t dt,
                  fh_op_t op);
+
+/**
+ * Collective: as fh_reduce, for elements of `elem_size` bytes (1 up to the size of
+ * a collective chunk, which is 1 KiB to 64 KiB, at least 1 KiB) combined by the caller's `fn_` instead of a built-in
+ * operation: Fortran's CO_REDUCE, character MIN/MAX, reductions on structures. The
+ * operands combine along the same rank-ordered tree as fh_reduce's ((r0 op r1) op
+ * (r2 op r3) ...), so with an associative `fn_` the result depends only on the number
+ * of ranks: the same on every run and every root. Every rank passes the same count,
+ * elem_size and an equivalent function (a different total size is detected like a
+ * count mismatch of fh_reduce; the function itself cannot be compared).
+ * Errors: as fh_reduce (on every rank); FH_ERR_INVALID_ARG also for a NULL fn_, or
+ * elem_size 0 or larger than a chunk, on any rank.
+ * Threads: one thread per context at a time. Not from AM handlers.
+ */
+int fh_reduce_fn(struct fh_ctx_t *ctx,
+                 int root,
+                 const void *src,
+                 void *dst,
+                 size_t count,
+                 size_t elem_size,
+                 fh_reduce_fn_t fn_,
+                 void *user);
+
+/**
+ * Collective: as fh_allreduce, with the caller's `fn_` on elements of `elem_size`
+ * bytes (see fh_reduce_fn); the result is bit-identical on every rank.
+ * Threads: one thread per context at a time. Not from AM handlers.
+ */
+int fh_allreduce_fn(struct fh_ctx_t *ctx,
+                    const void *src,
+                    void *dst,
+                    size_t count,
+                    size_t elem_size,
+                    fh_reduce_fn_t fn_,
+                    void *user);
 
 /**
  * Collective: every rank contributes `nbytes` from `src`; rank i's bytes land at

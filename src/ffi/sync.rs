@@ -341,6 +341,66 @@ pub extern "C" fn fh_allreduce(
     })
 }
 
+/// A user-defined reduction for fh_reduce_fn / fh_allreduce_fn: combine `count`
+/// elements, `inout[i] = inout[i] op in[i]`, where `inout` holds the lower ranks'
+/// partial result (the left operand) and `in` the higher ranks'. `user` is the
+/// pointer given to the call. It runs inside the collective on any rank, on chunks of
+/// the arrays (`count` may be less than the call's); it must not call firehose.
+pub type fh_reduce_fn_t = Option<
+    unsafe extern "C" fn(inout: *mut c_void, input: *const c_void, count: usize, user: *mut c_void),
+>;
+
+/// Collective: as fh_reduce, for elements of `elem_size` bytes (1 up to the size of
+/// a collective chunk, which is 1 KiB to 64 KiB, at least 1 KiB) combined by the caller's `fn_` instead of a built-in
+/// operation: Fortran's CO_REDUCE, character MIN/MAX, reductions on structures. The
+/// operands combine along the same rank-ordered tree as fh_reduce's ((r0 op r1) op
+/// (r2 op r3) ...), so with an associative `fn_` the result depends only on the number
+/// of ranks: the same on every run and every root. Every rank passes the same count,
+/// elem_size and an equivalent function (a different total size is detected like a
+/// count mismatch of fh_reduce; the function itself cannot be compared).
+/// Errors: as fh_reduce (on every rank); FH_ERR_INVALID_ARG also for a NULL fn_, or
+/// elem_size 0 or larger than a chunk, on any rank.
+/// Threads: one thread per context at a time. Not from AM handlers.
+#[no_mangle]
+pub extern "C" fn fh_reduce_fn(
+    ctx: *mut fh_ctx_t,
+    root: c_int,
+    src: *const c_void,
+    dst: *mut c_void,
+    count: usize,
+    elem_size: usize,
+    fn_: fh_reduce_fn_t,
+    user: *mut c_void,
+) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.reduce_user(root as i64, src as usize, dst as usize, count, elem_size, fn_, user as usize)?;
+        OK
+    })
+}
+
+/// Collective: as fh_allreduce, with the caller's `fn_` on elements of `elem_size`
+/// bytes (see fh_reduce_fn); the result is bit-identical on every rank.
+/// Threads: one thread per context at a time. Not from AM handlers.
+#[no_mangle]
+pub extern "C" fn fh_allreduce_fn(
+    ctx: *mut fh_ctx_t,
+    src: *const c_void,
+    dst: *mut c_void,
+    count: usize,
+    elem_size: usize,
+    fn_: fh_reduce_fn_t,
+    user: *mut c_void,
+) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        c.allreduce_user(src as usize, dst as usize, count, elem_size, fn_, user as usize)?;
+        OK
+    })
+}
+
 /// Collective: every rank contributes `nbytes` from `src`; rank i's bytes land at
 /// `dst + i * nbytes` on every rank (`dst` holds nbytes * size bytes). Different
 /// nbytes on some ranks, or invalid arguments on any: every rank returns

@@ -115,6 +115,12 @@ program test_extended
   call MPI_Barrier(MPI_COMM_WORLD, ierr)
   call fh_free(ctx, sigw)
 
+  ! a user-defined reduction: the maximum of (rank, 2*rank) pairs by their second part
+  val = int(me, c_int64_t)
+  call check(fh_allreduce_fn(ctx, c_loc(val), c_loc(got), 1_c_size_t, 8_c_size_t, &
+      c_funloc(max_i64), c_null_ptr), "fh_allreduce_fn")
+  if (got /= np - 1) call fail("user-defined reduction")
+
   ! fh_split: even and odd ranks form two parts; a sum over each part
   call check(fh_split(ctx, int(mod(me, 2), c_int), int(me, c_int), c_null_ptr, part), "fh_split")
   flag = [int(me, c_int32_t), 1_c_int32_t]
@@ -130,6 +136,17 @@ program test_extended
   call MPI_Finalize(ierr)
 
 contains
+
+  ! fh_reduce_fn interface: inout(i) = max(inout(i), input(i))
+  subroutine max_i64(inout, input, count, user) bind(C)
+    type(c_ptr), value :: inout, input, user
+    integer(c_size_t), value :: count
+    integer(c_int64_t), pointer :: a(:), b(:)
+    if (c_associated(user)) return
+    call c_f_pointer(inout, a, [count])
+    call c_f_pointer(input, b, [count])
+    a = max(a, b)
+  end subroutine max_i64
 
   ! The right neighbour's b(k + 1).
   type(c_ptr) function off(k)

@@ -55,6 +55,89 @@ pub const LOR: i32 = 8;
 /// Largest collective payload accepted (bytes).
 pub const MAX_BYTES: usize = 1 << 40;
 
+/// The datatype and operation codes chunks carry for a user-defined reduction.
+const USER: i32 = 255;
+
+/// A user's reduction: `f(inout, in, count, user)` sets `inout[i] = inout[i] op in[i]`
+/// for `count` elements, `inout` being the lower ranks' side.
+pub type UserFn = unsafe extern "C" fn(
+    *mut std::ffi::c_void,
+    *const std::ffi::c_void,
+    usize,
+    *mut std::ffi::c_void,
+);
+
+/// How a reduction combines two operands.
+#[derive(Clone, Copy)]
+pub enum Comb {
+    Builtin {
+        dt: i32,
+        op: i32,
+    },
+    /// Elements of `esz` bytes, combined by `f` (called with `user`; `None` is
+    /// refused like any bad argument, so the other ranks learn of it too).
+    User {
+        f: Option<UserFn>,
+        user: usize,
+        esz: usize,
+    },
+}
+
+impl Comb {
+    fn esz(&self) -> usize {
+        match *self {
+            Comb::Builtin { dt, .. } => dtype_size(dt).unwrap_or(1),
+            Comb::User { esz, .. } => esz.max(1),
+        }
+    }
+
+    /// What the call's chunks carry (datatype, operation).
+    fn codes(&self) -> (i32, i32) {
+        match *self {
+            Comb::Builtin { dt, op } => (dt, op),
+            Comb::User { .. } => (USER, USER),
+        }
+    }
+
+    /// The payload in bytes, or why the arguments are refused.
+    fn bytes(&self, count: usize) -> Result<usize> {
+        match *self {
+            Comb::Builtin { dt, op } => reduce_bytes(count, dt, op),
+            Comb::User { esz, f, .. } => {
+                if f.is_none() {
+                    bail!(InvalidArg, "fn is NULL");
+                }
+                if esz == 0 {
+                    bail!(InvalidArg, "elem_size is 0");
+                }
+                count
+                    .checked_mul(esz)
+                    .filter(|&b| b <= MAX_BYTES)
+                    .ok_or_else(|| err!(InvalidArg, "count {} is too large", count))
+            }
+        }
+    }
+
+    /// `acc = acc op x`, element-wise.
+    fn apply(&self, acc: &mut [u8], x: &[u8]) {
+        match *self {
+            Comb::Builtin { dt, op } => combine(acc, x, dt, op),
+            Comb::User {
+                f: Some(f),
+                user,
+                esz,
+            } => {
+                let (inout, input) = (acc.as_mut_ptr().cast(), x.as_ptr().cast());
+                let user = user as *mut std::ffi::c_void;
+                // SAFETY: the caller's function on `len / esz` elements of two
+                // buffers of `len` bytes (the fh_reduce_fn contract).
+                unsafe { f(inout, input, acc.len() / esz, user) }
+            }
+            Comb::User { f: None, .. } => {}
+        }
+    }
+}
+
 /// Bytes of one element of `dt`.
 pub fn dtype_size(dt: i32) -> Result<usize> {
     Ok(match dt {
@@ -212,8 +295,7 @@ struct Red<'a> {
     src: usize,
     dst: usize,
     nbytes: usize,
-    dt: i32,
-    op: i32,
+    comb: Comb,
     /// Bytes per chunk (whole elements).
     chunk: usize,
 }
@@ -266,7 +348,16 @@ fn dt_name(dt: u8) -> String {
         "FH_CDOUBLE",
     ]
     .get(dt as usize)
-    .map_or(format!("datatype {}", dt), |s| s.to_string())
+    .map_or_else(
+        || {
+            if dt as i32 == USER {
+                "a user-defined element".into()
+            } else {
+                format!("datatype {}", dt)
+            }
+        },
+        |s| s.to_string(),
+    )
 }
 
 fn op_name(op: u8) -> String {
@@ -275,7 +366,16 @@ fn op_name(op: u8) -> String {
         "FH_LOR",
     ]
     .get(op as usize)
-    .map_or(format!("operation {}", op), |s| s.to_string())
+    .map_or_else(
+        || {
+            if op as i32 == USER {
+                "a user function".into()
+            } else {
+                format!("operation {}", op)
+            }
+        },
+        |s| s.to_string(),
+    )
 }
 
 /// A call as its arguments show it, for messages.
@@ -754,11 +854,10 @@ impl CtxInner {
         src: usize,
         dst: usize,
         nbytes: usize,
-        dt: i32,
-        op: i32,
+        comb: Comb,
     ) -> Result<()> {
         let (me, n) = (self.rank, self.size);
-        let esz = dtype_size(dt).unwrap_or(1);
+        let esz = comb.esz();
         let (parent, kids) = binomial(me, n);
         let red = Red {
             // Rank 0 passes the result to a root other than itself.
@@ -768,9 +867,9 @@ impl CtxInner {
             src,
             dst,
             nbytes,
-            dt,
-            op,
-            chunk: self.area()?.chunk / esz * esz,
+            comb,
+            // At least one element: a call refused for too large an element moves 0 bytes.
+            chunk: (self.area()?.chunk / esz * esz).max(esz),
         };
         call.expect.extend(&kids);
         if red.from0 {
@@ -826,7 +925,7 @@ impl CtxInner {
                 }
                 // SAFETY: got.data is len bytes of our area.
                 let theirs = unsafe { std::slice::from_raw_parts(got.data, len) };
-                combine(acc, theirs, red.dt, red.op);
+                red.comb.apply(acc, theirs);
                 self.c_done(st, call, c, &got)?;
             }
             match red.up {
@@ -863,24 +962,71 @@ impl CtxInner {
         dt: i32,
         op: i32,
     ) -> Result<()> {
-        let mut st = self.coll_enter("fh_reduce")?;
+        self.reduce_with("fh_reduce", root, src, dst, count, Comb::Builtin { dt, op })
+    }
+
+    /// `fh_reduce_fn`: as `reduce`, elements of `esz` bytes combined by `f`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn reduce_user(
+        &self,
+        root: i64,
+        src: usize,
+        dst: usize,
+        count: usize,
+        esz: usize,
+        f: Option<UserFn>,
+        user: usize,
+    ) -> Result<()> {
+        let comb = Comb::User { f, user, esz };
+        self.reduce_with("fh_reduce_fn", root, src, dst, count, comb)
+    }
+
+    /// The payload of a reduction, or why this rank's arguments are refused.
+    fn red_bytes(
+        &self,
+        comb: &Comb,
+        count: usize,
+        src: usize,
+        dst: Option<usize>,
+    ) -> Result<usize> {
+        let b = comb.bytes(count)?;
+        if comb.esz() > self.area()?.chunk {
+            bail!(
+                InvalidArg,
+                "elem_size {} is larger than a collective chunk ({} bytes)",
+                comb.esz(),
+                self.area()?.chunk
+            );
+        }
+        check_buf(src, b, "reduce: src")?;
+        if let Some(d) = dst {
+            check_buf(d, b, "reduce: dst")?;
+        }
+        Ok(b)
+    }
+
+    fn reduce_with(
+        &self,
+        name: &'static str,
+        root: i64,
+        src: usize,
+        dst: usize,
+        count: usize,
+        comb: Comb,
+    ) -> Result<()> {
+        let mut st = self.coll_enter(name)?;
         let root = self.check_rank(root)?;
-        let nbytes = reduce_bytes(count, dt, op);
+        let want = comb.bytes(count);
         let mut call = self.call(
             &mut st,
-            "fh_reduce",
+            name,
             K_REDUCE,
             root,
-            *nbytes.as_ref().unwrap_or(&0),
-            (dt, op),
+            *want.as_ref().unwrap_or(&0),
+            comb.codes(),
         );
-        let nbytes = match nbytes.and_then(|b| {
-            check_buf(src, b, "reduce: src")?;
-            if self.rank == root {
-                check_buf(dst, b, "reduce: dst")?;
-            }
-            Ok(b)
-        }) {
+        let at_root = (self.rank == root).then_some(dst);
+        let nbytes = match self.red_bytes(&comb, count, src, at_root) {
             Ok(b) => b,
             Err(e) => {
                 call.fail(e, self.rank);
@@ -894,28 +1040,49 @@ impl CtxInner {
             }
             return self.finish(&mut st, call);
         }
-        self.reduce_flow(&mut st, &mut call, root, src, dst, nbytes, dt, op)?;
+        self.reduce_flow(&mut st, &mut call, root, src, dst, nbytes, comb)?;
         self.finish(&mut st, call)
     }
 
     /// `fh_allreduce`: reduce to 0, then broadcast from 0 (a failure anywhere reaches
     /// rank 0 in the first phase and every rank in the second).
     pub fn allreduce(&self, src: usize, dst: usize, count: usize, dt: i32, op: i32) -> Result<()> {
-        let mut st = self.coll_enter("fh_allreduce")?;
-        let nbytes = reduce_bytes(count, dt, op);
+        self.allreduce_with("fh_allreduce", src, dst, count, Comb::Builtin { dt, op })
+    }
+
+    /// `fh_allreduce_fn`: as `allreduce`, elements of `esz` bytes combined by `f`.
+    pub fn allreduce_user(
+        &self,
+        src: usize,
+        dst: usize,
+        count: usize,
+        esz: usize,
+        f: Option<UserFn>,
+        user: usize,
+    ) -> Result<()> {
+        let comb = Comb::User { f, user, esz };
+        self.allreduce_with("fh_allreduce_fn", src, dst, count, comb)
+    }
+
+    fn allreduce_with(
+        &self,
+        name: &'static str,
+        src: usize,
+        dst: usize,
+        count: usize,
+        comb: Comb,
+    ) -> Result<()> {
+        let mut st = self.coll_enter(name)?;
+        let want = comb.bytes(count);
         let mut call = self.call(
             &mut st,
-            "fh_allreduce",
+            name,
             K_ALLREDUCE,
             0,
-            *nbytes.as_ref().unwrap_or(&0),
-            (dt, op),
+            *want.as_ref().unwrap_or(&0),
+            comb.codes(),
         );
-        let nbytes = match nbytes.and_then(|b| {
-            check_buf(src, b, "allreduce: src")?;
-            check_buf(dst, b, "allreduce: dst")?;
-            Ok(b)
-        }) {
+        let nbytes = match self.red_bytes(&comb, count, src, Some(dst)) {
             Ok(b) => b,
             Err(e) => {
                 call.fail(e, self.rank);
@@ -929,7 +1096,7 @@ impl CtxInner {
             }
             return self.finish(&mut st, call);
         }
-        self.reduce_flow(&mut st, &mut call, 0, src, dst, nbytes, dt, op)?;
+        self.reduce_flow(&mut st, &mut call, 0, src, dst, nbytes, comb)?;
         self.bcast_main(&mut st, &mut call, 0, dst as *mut u8, nbytes)?;
         self.finish(&mut st, call)
     }
