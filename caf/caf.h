@@ -96,7 +96,7 @@ typedef struct caf_team {
 } caf_team_t;
 
 /* --- tokens --- */
-typedef enum { MEM_HEAP, MEM_REGISTERED, MEM_LOCAL } caf_mem_t;
+typedef enum { MEM_HEAP, MEM_LOCAL } caf_mem_t;
 typedef struct caf_token {
   uint32_t magic;          /* CAF_TOKEN_MAGIC while live */
   caf_register_t regtype;

@@ -2,11 +2,10 @@
  *
  * A coarray, lock, event or critical construct gets memory on every image of the
  * current team (a collective call: every image registers the same coarrays in the
- * same order). Small ones come from firehose's heap (fh_malloc: node-shared, atomics
- * without the target's CPU); when the heap is full, from an mmap'ed region the image
- * registers with fh_mem_register, so it is as reachable as the heap. The addresses of
- * every image's copy are exchanged once, at registration (fh_allgather), so an access
- * is one lookup: base[world rank] + offset.
+ * same order) from firehose's heap: node-shared while FH_HEAP_SIZE lasts (atomics
+ * without the target's CPU), then the registered segments fh_malloc grows it by. The
+ * addresses of every image's copy are exchanged once, at registration (fh_allgather),
+ * so an access is one lookup: base[world rank] + offset.
  *
  * Components (REGISTER_ONLY / ALLOCATE_ONLY) are local, non-collective allocations:
  * other images reach them through the by-reference calls, which read the pointer in
@@ -17,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 static caf_token_t *live; /* every token, for finalize */
 
@@ -52,36 +50,20 @@ static void unlink_token(caf_token_t *t) {
   t->magic = 0;
 }
 
-/* Memory every image can reach: the heap, else a registered mapping. */
+/* Memory every image can reach: firehose's heap, which grows into registered
+ * segments when FH_HEAP_SIZE is used up. */
 static void *alloc_shared(size_t size, caf_mem_t *mem) {
   void *p = fh_malloc(caf.ctx, size);
-  if (p) {
-    *mem = MEM_HEAP;
-    memset(p, 0, size);
-    return p;
-  }
-  size_t len = (size + 4095) & ~(size_t)4095;
-  p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return NULL;
-  if (fh_mem_register(caf.ctx, p, len) != FH_OK) {
-    munmap(p, len);
-    return NULL;
-  }
-  *mem = MEM_REGISTERED;
+  if (!p) return NULL;
+  *mem = MEM_HEAP;
+  memset(p, 0, size);
   return p;
 }
 
 static void free_shared(caf_token_t *t) {
   if (!t->local) return;
-  if (t->mem == MEM_HEAP) {
-    fh_free(caf.ctx, t->local);
-  } else if (t->mem == MEM_REGISTERED) {
-    size_t len = (t->size + 4095) & ~(size_t)4095;
-    fh_mem_unregister(caf.ctx, t->local, len);
-    munmap(t->local, len);
-  } else {
-    free(t->local);
-  }
+  if (t->mem == MEM_HEAP) fh_free(caf.ctx, t->local);
+  else free(t->local);
   t->local = NULL;
 }
 

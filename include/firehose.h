@@ -1908,8 +1908,15 @@ int fh_config_print(const struct fh_ctx_t *ctx);
 
 /**
  * Allocate `nbytes` of RMA-ready memory from this rank's library heap (always
- * registered; 64-byte aligned). Returns NULL on error (see fh_last_error): nbytes
- * 0, or the heap (FH_HEAP_SIZE) is exhausted.
+ * registered; 64-byte aligned). The heap grows: when its first region
+ * (FH_HEAP_SIZE, node-shared) has no room, a new segment of at least that size is
+ * mapped and registered as fh_mem_register does, and peers find it in this rank's
+ * registration table without this rank's CPU (heap words stay CPU atomics between
+ * node peers; segment words go through the transport's atomics; both follow the
+ * atomics' rules). Segments count against the registrations the conduit holds
+ * (Open MPI: osc_rdma_max_attach, 64 by default) and stay until fh_finalize.
+ * Returns NULL on error (see fh_last_error): nbytes 0, or no memory for a segment
+ * (mmap, or mlock with FH_PIN=mlock) or no room to register one.
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */

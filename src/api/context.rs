@@ -403,6 +403,7 @@ fn build(
         am: AmState::new(size, cfg.credits_for(size), &handlers()),
         rma: RmaState::new(size),
         heap: Heap::new(hb + internal, hl - internal),
+        segments: Default::default(),
         local_regs: LocalRegions::new(size),
         remote_heaps,
         internal,

@@ -67,6 +67,8 @@ pub struct CtxInner {
     pub am: AmState<LibHandlerFn>,
     pub rma: RmaState,
     pub heap: Heap,
+    /// What the heap grew by when it was full (`fh_malloc`).
+    pub segments: super::heap::Segments,
     pub local_regs: LocalRegions,
     /// Every rank's library heap `(base, len)` (a copy of the conduit's table, so the
     /// access check needs no virtual call).

@@ -1,13 +1,21 @@
-//! The library heap allocator behind `fh_malloc`/`fh_free`.
+//! The library heap allocator behind `fh_malloc`/`fh_free`, and the segments the
+//! heap grows by.
 //!
 //! Guarantees: allocations are 64-byte aligned (cache line; fine for atomics), lie
-//! inside the always-registered heap, never overlap; freeing coalesces neighbours;
-//! freeing something that is not a live allocation is refused, not corrupting.
-//! First fit over an address-ordered free list: simple and predictable.
+//! inside the always-registered heap or one of its segments, never overlap; freeing
+//! coalesces neighbours; freeing something that is not a live allocation is refused,
+//! not corrupting. First fit over an address-ordered free list: simple and predictable.
+//!
+//! Segments (issue 18): when the first region (`FH_HEAP_SIZE`) has no room, `fh_malloc`
+//! maps a new one of at least that size and registers it as `fh_mem_register` would
+//! (`CtxInner::grow_heap`), so a peer finds it the way it finds any registration: in
+//! this rank's registration table, read one-sidedly, without this rank's CPU. Segments
+//! live until the context is finalized.
 
 use crate::bail;
 use crate::runtime::error::Result;
-use parking_lot::Mutex;
+use crate::runtime::os::Mapping;
+use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 
 pub const ALIGN: usize = 64;
@@ -108,11 +116,51 @@ impl Heap {
         self.inner.lock().in_use
     }
 
+    /// Bytes this heap manages.
+    pub fn size(&self) -> usize {
+        self.len
+    }
+
     pub fn contains(&self, addr: usize, len: usize) -> bool {
         addr >= self.base
             && addr
                 .checked_add(len)
                 .is_some_and(|e| e <= self.base + self.len)
+    }
+}
+
+/// The heap's further segments. Invariant: disjoint mappings, each registered with
+/// the conduit and in the registration table for as long as it is in the list.
+#[derive(Default)]
+pub struct Segments {
+    list: RwLock<Vec<(Heap, Mapping)>>,
+    /// Held while a segment is made, so two threads that both miss make one.
+    pub grow: Mutex<()>,
+}
+
+impl Segments {
+    /// A block from an existing segment, if one has room.
+    pub fn alloc(&self, nbytes: usize) -> Option<usize> {
+        self.list
+            .read()
+            .iter()
+            .find_map(|(h, _)| h.alloc(nbytes).ok())
+    }
+
+    /// Take `map` (registered by the caller) as a new segment; allocate from it.
+    pub fn add(&self, map: Mapping, nbytes: usize) -> Result<usize> {
+        let h = Heap::new(map.addr(), map.len());
+        let a = h.alloc(nbytes);
+        self.list.write().push((h, map));
+        a
+    }
+
+    /// Free `addr` if a segment holds it (`None`: no segment does).
+    pub fn free(&self, addr: usize) -> Option<Result<()>> {
+        let g = self.list.read();
+        g.iter()
+            .find(|(h, _)| h.contains(addr, 1))
+            .map(|(h, _)| h.free(addr))
     }
 }
 
@@ -136,6 +184,23 @@ mod tests {
         h.free(b).unwrap();
         assert_eq!(h.in_use(), 0);
         assert_eq!(h.alloc(1024).unwrap(), 4096, "fully coalesced");
+    }
+
+    #[test]
+    fn segments_allocate_free_and_refuse_strangers() {
+        let s = Segments::default();
+        assert!(s.alloc(64).is_none(), "no segment yet");
+        let a = s.add(Mapping::new(1 << 16).unwrap(), 40000).unwrap();
+        let b = s.alloc(20000).unwrap();
+        assert!(b >= a + 40000, "blocks of one segment are disjoint");
+        assert!(s.alloc(20000).is_none(), "the segment is full");
+        assert!(
+            s.free(a + 64).unwrap().is_err(),
+            "an inner address is refused"
+        );
+        assert!(s.free(1).is_none(), "an address of no segment");
+        s.free(a).unwrap().unwrap();
+        assert_eq!(s.alloc(30000), Some(a), "freed space is reused");
     }
 
     proptest! {

@@ -14,7 +14,7 @@ use super::stats::Stats;
 use super::wire::{Category, Frame};
 use crate::firehose::registry::{covered, PeerRegions, Region};
 use crate::runtime::config::Pin;
-use crate::runtime::error::Result;
+use crate::runtime::error::{Result, Status};
 use crate::runtime::os;
 use crate::{bail, err};
 use parking_lot::RwLockReadGuard;
@@ -33,12 +33,47 @@ pub enum Access<'a> {
 impl CtxInner {
     pub fn malloc(&self, nbytes: usize) -> Result<usize> {
         self.check_live()?;
-        self.heap.alloc(nbytes)
+        match self.heap.alloc(nbytes) {
+            Err(e) if e.status == Status::NoMemory => self.grow_heap(nbytes).map_err(|g| {
+                err!(
+                    NoMemory,
+                    "{}; growing the heap failed too: {}",
+                    e.msg,
+                    g.msg
+                )
+            }),
+            r => r,
+        }
+    }
+
+    /// The heap is full: a block from a segment, making one (at least `FH_HEAP_SIZE`
+    /// bytes, registered as `fh_mem_register` does) when none has room.
+    fn grow_heap(&self, nbytes: usize) -> Result<usize> {
+        if let Some(a) = self.segments.alloc(nbytes) {
+            return Ok(a);
+        }
+        let _g = self.segments.grow.lock();
+        if let Some(a) = self.segments.alloc(nbytes) {
+            return Ok(a);
+        }
+        let want = nbytes
+            .checked_add(super::heap::ALIGN)
+            .ok_or_else(|| err!(NoMemory, "{} bytes cannot be allocated", nbytes))?
+            .max(self.heap.size() + self.internal);
+        let map = os::Mapping::new(want)?;
+        self.mem_register(map.addr(), map.len())?;
+        self.segments.add(map, nbytes)
     }
 
     pub fn free(&self, addr: usize) -> Result<()> {
         self.check_live()?;
-        self.heap.free(addr)
+        if self.heap.contains(addr, 1) {
+            return self.heap.free(addr);
+        }
+        match self.segments.free(addr) {
+            Some(r) => r,
+            None => self.heap.free(addr),
+        }
     }
 
     /// Long because registering is a ladder (mlock, conduit register, `local_regs`

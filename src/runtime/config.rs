@@ -153,7 +153,7 @@ pub static SETTINGS: &[Setting<Config>] = &[
         name: "FH_HEAP_SIZE",
         scope: Scope::Job,
         default: "32M",
-        help: "bytes of library heap per rank (fh_malloc, library objects); always registered",
+        help: "bytes of library heap per rank (fh_malloc, library objects); always registered; fh_malloc grows it by registered segments of at least this size",
         set: |c, v| {
             c.heap_size = parse_size(v)?;
             if c.heap_size < 4096 {

@@ -71,14 +71,15 @@ program caf_basic
   sync all
   call check(c == 'hi      ', 'character put with padding')
 
-  ! allocatable coarray, a large transfer (beyond the staging threshold)
-  allocate(big(100000)[*])
+  ! allocatable coarray, a large transfer (beyond the staging threshold; with
+  ! FH_HEAP_SIZE=4M beyond the heap's first region)
+  allocate(big(600000)[*])
   big = me
   sync all
-  big(:)[right] = [(dble(i), i = 1, 100000)]
+  big(:)[right] = [(dble(i), i = 1, 600000)]
   sync all
-  call check(big(1) == 1 .and. big(100000) == 100000, 'big put')
-  big(1:100000:3) = big(1:100000:3)[left]
+  call check(big(1) == 1 .and. big(600000) == 600000, 'big put')
+  big(1:600000:3) = big(1:600000:3)[left]
   call check(big(4) == 4, 'big strided get')
   deallocate(big)
 

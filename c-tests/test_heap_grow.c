@@ -1,0 +1,83 @@
+/* The heap grows as a stranger would find out: fh_malloc more than FH_HEAP_SIZE (one
+ * block larger than the whole heap, then many that fill it several times over), and
+ * every other rank reaches the new memory with puts, gets and atomics; blocks are
+ * freed and reused; freeing an address inside a block is refused. Run with the
+ * default heap and with FH_HEAP_SIZE=1M FH_SHM=0 (scripts/run-c-tests.sh). */
+#include "common.h"
+
+#define SMALL (256 * 1024)
+#define NSMALL 24
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  struct fh_ctx_t *ctx = NULL;
+  CHECK_OK(fh_init_world(NULL, &ctx));
+  int me = fh_rank(ctx), np = fh_size(ctx);
+  fh_test_rank = me;
+  int right = (me + 1) % np;
+  const char *hs = getenv("FH_HEAP_SIZE");
+  size_t heap = hs && strchr(hs, 'M') ? (size_t)atoi(hs) << 20 : (size_t)32 << 20;
+  size_t big_len = heap + heap / 2; /* more than the whole first region */
+  unsigned char *big = fh_malloc(ctx, big_len);
+  CHECK(big != NULL, "fh_malloc of %zu bytes with a %zu-byte heap", big_len, heap);
+  CHECK((uintptr_t)big % 64 == 0, "64-byte aligned");
+  unsigned char *small[NSMALL];
+  for (int i = 0; i < NSMALL; i++) {
+    small[i] = fh_malloc(ctx, SMALL);
+    CHECK(small[i] != NULL, "small block %d", i);
+    memset(small[i], 0, SMALL);
+  }
+  memset(big, 0, big_len);
+  void **bigs = malloc(sizeof(void *) * (size_t)np), **smalls = malloc(sizeof(void *) * (size_t)np * NSMALL);
+  CHECK_OK(fh_allgather(ctx, &big, sizeof big, bigs));
+  CHECK_OK(fh_allgather(ctx, small, sizeof small, smalls));
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  /* puts into the right neighbour's new memory: the start and the end of the big
+   * block, and every small one */
+  unsigned char *src = malloc(SMALL);
+  memset(src, me + 1, SMALL);
+  unsigned char *rb = bigs[right];
+  CHECK_OK(fh_put(ctx, right, rb, src, 4096));
+  CHECK_OK(fh_put(ctx, right, rb + big_len - 4096, src, 4096));
+  for (int i = 0; i < NSMALL; i++)
+    CHECK_OK(fh_put(ctx, right, (unsigned char *)smalls[(size_t)right * NSMALL + (size_t)i] + SMALL - 64, src, 64));
+  MPI_Barrier(MPI_COMM_WORLD);
+  int left = (me + np - 1) % np;
+  CHECK(big[0] == left + 1 && big[4095] == left + 1 && big[big_len - 1] == left + 1, "puts into the grown heap");
+  for (int i = 0; i < NSMALL; i++) CHECK(small[i][SMALL - 1] == left + 1, "put into small block %d", i);
+  unsigned char back[64];
+  CHECK_OK(fh_get(ctx, back, right, rb + big_len - 64, 64));
+  CHECK(back[0] == me + 1, "get from the grown heap");
+
+  /* atomics on a word of rank 0's big block, from every rank */
+  uint64_t *w = (uint64_t *)((unsigned char *)bigs[0] + heap);
+  for (int k = 0; k < 100; k++) CHECK_OK(fh_atomic_add_u64(ctx, 0, w, 1));
+  CHECK_OK(fh_barrier(ctx));
+  uint64_t total = 0;
+  CHECK_OK(fh_atomic_fetch_u64(ctx, 0, w, &total));
+  CHECK(total == 100u * (uint64_t)np, "atomics on a grown heap word: %llu", (unsigned long long)total);
+  CHECK_OK(fh_barrier(ctx));
+
+  /* free and reuse; a pointer into a block is refused */
+  fh_free(ctx, small[3] + 64);
+  char why[256];
+  fh_last_error(why, sizeof why);
+  CHECK(strstr(why, "not a live") != NULL, "freeing an inner address is refused: %s", why);
+  for (int i = 0; i < NSMALL; i += 2) fh_free(ctx, small[i]);
+  for (int i = 0; i < NSMALL; i += 2) {
+    small[i] = fh_malloc(ctx, SMALL);
+    CHECK(small[i] != NULL, "reallocation %d", i);
+  }
+  for (int i = 0; i < NSMALL; i++) fh_free(ctx, small[i]);
+  fh_free(ctx, big);
+  unsigned char *again = fh_malloc(ctx, big_len);
+  CHECK(again != NULL, "the big block again");
+  fh_free(ctx, again);
+  CHECK_OK(fh_barrier(ctx));
+  CHECK_OK(fh_finalize(ctx));
+  if (me == 0) printf("test_heap_grow: %d ranks passed (heap %zu bytes, block %zu)\n", np, heap, big_len);
+  free(src); free(bigs); free(smalls);
+  MPI_Finalize();
+  return 0;
+}
