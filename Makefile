@@ -1,7 +1,8 @@
 # firehose -- build, test, install.
 #   make demo    4-rank jobs on this machine showing puts, gets, active messages, rpipe,
 #                atomics (shared counter), the MCS lock (remote queue), split-phase barriers,
-#                a 3-D halo exchange with strided puts (halo3d)
+#                a 3-D halo exchange with strided puts (halo3d), a Co-array Fortran
+#                program on libcaf_firehose (coarray_heat)
 #   make test    everything CI runs: lint (fmt, clippy), Rust tests (release and dev
 #                profiles), the loom model check, ThreadSanitizer, header drift and
 #                Fortran interface signatures, man pages (drift, rendering), C tests
@@ -251,7 +252,7 @@ test: deps lint test-rust loom tsan check-header lib check-man test-c test-c-mpi
 
 demo: lib $(BUILD)/examples/demo $(BUILD)/examples/bitonic $(BUILD)/examples/rpipe \
       $(BUILD)/examples/shared_counter $(BUILD)/examples/lock_queue $(BUILD)/examples/split_barrier \
-      $(BUILD)/examples/halo3d
+      $(BUILD)/examples/halo3d $(BUILD)/examples/coarray_heat
 	timeout 300 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/demo
 	@echo "bitonic with FH_SHM=0: node peers' memory then goes through firehose (as off-node"
 	@echo "peers' would), not the kernel's single copy, so the hit rate below is firehose's"
@@ -261,6 +262,12 @@ demo: lib $(BUILD)/examples/demo $(BUILD)/examples/bitonic $(BUILD)/examples/rpi
 	timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/lock_queue
 	timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/split_barrier
 	timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/halo3d
+	@echo "coarray_heat: a Co-array Fortran program (gfortran -fcoarray=lib) on libcaf_firehose"
+	timeout 120 $(MPIEXEC) $(MPIEXEC_FLAGS) -np 4 $(BUILD)/examples/coarray_heat
+
+$(BUILD)/examples/coarray_heat: mpi-examples/coarray_heat.f90 caf
+	@mkdir -p $(BUILD)/examples
+	$(MPIFC) -fcoarray=lib $(filter-out -std=f2008,$(FFLAGS)) -std=f2018 $< -o $@ $(CAF_LINK)
 
 bench: lib $(BENCHES) bench-caf
 	@mkdir -p bench-results

@@ -255,7 +255,7 @@ void *xfer_fetch(int world, caf_sect_t *r, size_t *nbytes) {
 
 static void remote_sect(caf_sect_t *s, caf_token_t *t, int world, size_t offset, gfc_desc_t *d,
                         caf_vector_t *v, const char *what) {
-  char *origin = caf_remote(t, world, offset, 0, what);
+  char *origin = caf_remote(t, world, offset, d->dtype.elem_len, what);
   if (v) {
     sect_from_vector(s, origin, d, v);
   } else {
