@@ -1,16 +1,22 @@
 /* libcaf_firehose internals: the gfortran coarray ABI (gfortran >= 8 descriptors, the
  * `_gfortran_caf_*` calls gfortran 12 emits with -fcoarray=lib) on firehose's public C API.
  *
- * Layout of the runtime (one file per concern):
- *   state.c   images, teams' image maps, errors and STAT=, STOP / ERROR STOP, termination
+ * Layout of the runtime (one file per concern), from the bottom up: a file calls only
+ * the ones above it in this list (sect.c and convert.c call none).
+ *   state.c   images, the image tables, errors and STAT=, image status; the end hook
+ *   pending.c deferred puts: the staging arena, caf_flush
+ *   barrier.c the barrier of a team, which notices stopped images
  *   mem.c     coarray tokens: register / deregister, where image i's copy lives
- *   sect.c    array sections (descriptors, vector subscripts) and packing
+ *   sect.c    array sections (descriptors, vector subscripts)
  *   convert.c kind and type conversion of elements
- *   xfer.c    send / get / sendget: puts deferred to the next image-control statement
+ *   xfer.c    send / get / sendget of sections
  *   byref.c   the by-reference calls (remote components), is_present
  *   sync.c    SYNC ALL / IMAGES / MEMORY, LOCK, EVENT, ATOMIC_*
  *   coll.c    CO_BROADCAST / SUM / MIN / MAX / REDUCE
  *   team.c    FORM / CHANGE / END / SYNC TEAM, RANDOM_INIT
+ *   stop.c    STOP, ERROR STOP, FAIL IMAGE, the end of the program
+ * The lower files reach the higher ones only through hooks the higher ones register
+ * (caf_end_hook, caf_at_end).
  *
  * Invariants:
  *   - Every image's world rank is its image index in the initial team minus one.
@@ -122,6 +128,7 @@ typedef struct {
   uint64_t **notes_at;
   uint64_t *seen;       /* local: notifications from w consumed so far */
   bool puts_pending;
+  bool ended;           /* this image has ended: its contexts are finalized */
 } caf_state_t;
 extern caf_state_t caf;
 
@@ -136,11 +143,21 @@ int caf_report(int *stat, char *errmsg, size_t errmsg_len, int code, const char 
 void caf_fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 void caf_fh_check(int rc, const char *what);
 void caf_terminate(int code, bool error) __attribute__((noreturn));
+extern void (*caf_end_hook)(int code); /* stop.c: how an image ends normally */
+void caf_at_end(void (*fn)(void));     /* run fn when the image ends (last in, first) */
+void caf_run_at_end(void);
+
+/* pending.c */
+void caf_flush(void);
+char *caf_stage(size_t n, int world, uintptr_t lo, uintptr_t hi);
+
+/* barrier.c: the ids of the initial team's barrier (stop.c's protocol) */
+enum { CAF_BARRIER_LIVE = 0, CAF_BARRIER_DONE = 1 };
+int caf_barrier(caf_team_t *t, int *stat, char *errmsg, size_t errmsg_len);
 
 /* mem.c */
 caf_token_t *caf_token(void *token, const char *what);
 char *caf_remote(caf_token_t *t, int world, size_t offset, size_t nbytes, const char *what);
-void caf_mem_finalize(void);
 
 /* sect.c */
 typedef struct {
@@ -167,16 +184,9 @@ bool elty_same(caf_elty_t a, caf_elty_t b);
 void convert_elem(void *dst, caf_elty_t dt, const void *src, caf_elty_t st);
 
 /* xfer.c */
-void caf_flush(void);
 int xfer_put(int world, caf_sect_t *remote, caf_elty_t rt, caf_sect_t *local, caf_elty_t lt);
 int xfer_get(caf_sect_t *local, caf_elty_t lt, int world, caf_sect_t *remote, caf_elty_t rt);
 void *xfer_fetch(int world, caf_sect_t *remote, size_t *nbytes);
 
-/* team.c */
-void caf_team_finalize_all(void);
-
-/* sync.c */
-int caf_sync_world(int *stat, char *errmsg, size_t errmsg_len);
-int caf_barrier(caf_team_t *t, int *stat, char *errmsg, size_t errmsg_len);
 
 #endif

@@ -151,7 +151,8 @@ void _gfortran_caf_deregister(void **token, int type, int *stat, char *errmsg,
   *token = NULL;
 }
 
-void caf_mem_finalize(void) {
+/* At the end of the image: every coarray still registered. */
+static void mem_finalize(void) {
   while (live) {
     caf_token_t *t = live;
     free_shared(t);
@@ -160,3 +161,5 @@ void caf_mem_finalize(void) {
     free(t);
   }
 }
+
+__attribute__((constructor)) static void register_mem(void) { caf_at_end(mem_finalize); }

@@ -1,14 +1,7 @@
-/* Images, errors, STOP / ERROR STOP and the termination protocol.
- *
- * Termination (Fortran 2018 5.3.7): an image that executes STOP, or reaches the end
- * of the program, first writes `1 + code` into status[me] of every image (remote
- * atomics: the others' CPUs do nothing), then keeps serving the job: it loops on the
- * world context's split-phase barrier with id CAF_BARRIER_DONE. A live image's SYNC ALL
- * uses id CAF_BARRIER_LIVE, so the barrier completes with a mismatch, which tells the
- * live images that some image has stopped (STAT_STOPPED_IMAGE) without hanging them.
- * The first barrier in which every image says DONE ends the job everywhere in the
- * same round; only then are the contexts finalized. So a stopped image never hangs
- * the others, its memory stays readable, and fh_finalize runs when all have arrived.
+/* Images: initialisation, the image tables, image indices, errors and STAT=, and
+ * the status of other images (STOPPED_IMAGES, IMAGE_STATUS). How an image ends is
+ * stop.c's (it registers caf_end_hook); the parts that hold resources register their
+ * finalizers with caf_at_end.
  */
 #include "caf.h"
 
@@ -18,7 +11,6 @@
 #include <string.h>
 
 caf_state_t caf;
-static bool terminated; /* the image has ended: its contexts are finalized */
 
 /* Static coarrays are registered by constructors that run before main, hence before
  * _gfortran_caf_init: the first call of any kind initialises. */
@@ -93,44 +85,6 @@ void caf_fh_check(int rc, const char *what) {
   caf_fatal("%s: %s (%s)", what, fh_strerror(rc), why);
 }
 
-enum { CAF_BARRIER_LIVE = 0, CAF_BARRIER_DONE = 1 };
-
-/* Tell every image that this one has stopped. */
-static void announce_stop(int code) {
-  uint64_t v = 1 + (uint64_t)(uint32_t)code;
-  for (int w = 0; w < caf.np; w++) {
-    fh_atomic_set_u64(caf.ctx, w, &caf.status_at[w][caf.me], v);
-    fh_atomic_add_u64(caf.ctx, w, &caf.status_at[w][caf.np], 1);
-  }
-}
-
-/* Serve the job until every image has stopped (see the top of the file). */
-static void serve_until_all_stopped(void) {
-  for (;;) {
-    int rc = fh_barrier_notify(caf.ctx, CAF_BARRIER_DONE, 0);
-    if (rc != FH_OK) return;
-    do rc = fh_barrier_try(caf.ctx, CAF_BARRIER_DONE, 0);
-    while (rc == FH_NOT_READY);
-    if (rc == FH_OK) return;
-    if (rc != FH_ERR_BARRIER_MISMATCH) return;
-  }
-}
-
-static void end_images(int code) {
-  if (terminated || !caf.ctx) return;
-  terminated = true;
-  caf_flush();
-  fflush(stdout);
-  announce_stop(code);
-  serve_until_all_stopped();
-  caf_team_finalize_all();
-  caf_mem_finalize();
-  fh_free(caf.ctx, caf.status);
-  fh_free(caf.ctx, caf.notes);
-  fh_finalize(caf.ctx);
-  caf.ctx = NULL;
-}
-
 void caf_terminate(int code, bool error) {
   fflush(stdout);
   if (error) {
@@ -138,14 +92,30 @@ void caf_terminate(int code, bool error) {
     fh_abort(caf.ctx, code ? code : 1); /* every image ends, with this status */
     exit(code ? code : 1);
   }
-  end_images(code);
+  if (caf_end_hook) caf_end_hook(code);
   exit(code);
+}
+
+void (*caf_end_hook)(int code);
+
+/* Finalizers of the runtime's parts, run by the end of the image (stop.c). */
+static void (*at_end[8])(void);
+static int nat_end;
+
+void caf_at_end(void (*fn)(void)) {
+  for (int i = 0; i < nat_end; i++)
+    if (at_end[i] == fn) return;
+  if (nat_end < (int)(sizeof at_end / sizeof at_end[0])) at_end[nat_end++] = fn;
+}
+
+void caf_run_at_end(void) {
+  while (nat_end > 0) at_end[--nat_end]();
 }
 
 void _gfortran_caf_init(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  if (caf.ctx || terminated) return;
+  if (caf.ctx || caf.ended) return;
   int rc = fh_init_world(NULL, &caf.ctx);
   if (rc != FH_OK) {
     char why[256];
@@ -177,8 +147,6 @@ void _gfortran_caf_init(int *argc, char ***argv) {
   caf_fh_check(fh_allgather(caf.ctx, &caf.notes, sizeof(void *), caf.notes_at), "caf_init");
 }
 
-void _gfortran_caf_finalize(void) { end_images(0); }
-
 int _gfortran_caf_this_image(int distance) {
   (void)distance;
   caf_need_init();
@@ -190,32 +158,6 @@ int _gfortran_caf_num_images(int distance, int failed) {
   caf_need_init();
   if (failed > 0) return 0; /* no image ever fails here: FAIL IMAGE ends the job */
   return caf.current->size;
-}
-
-void _gfortran_caf_stop_numeric(int code, bool quiet) {
-  if (!quiet) fprintf(stderr, "STOP %d\n", code);
-  caf_terminate(code, false);
-}
-
-void _gfortran_caf_stop_str(const char *s, size_t len, bool quiet) {
-  if (!quiet && s && len) fprintf(stderr, "STOP %.*s\n", (int)len, s);
-  caf_terminate(0, false);
-}
-
-void _gfortran_caf_error_stop(int code, bool quiet) {
-  if (!quiet) fprintf(stderr, "ERROR STOP %d\n", code);
-  caf_terminate(code ? code : 1, true);
-}
-
-void _gfortran_caf_error_stop_str(const char *s, size_t len, bool quiet) {
-  if (!quiet) fprintf(stderr, "ERROR STOP %.*s\n", (int)(s ? len : 0), s ? s : "");
-  caf_terminate(1, true);
-}
-
-void _gfortran_caf_fail_image(void) {
-  fprintf(stderr, "FAIL IMAGE on image %d: this runtime does not continue past failed "
-                  "images; the job ends\n", caf.me + 1);
-  caf_terminate(1, true);
 }
 
 int _gfortran_caf_image_status(int image, void *team) {

@@ -28,29 +28,6 @@ static uint64_t load_local(uint64_t *p) {
   return v;
 }
 
-enum { CAF_BARRIER_LIVE = 0 };
-
-int caf_barrier(caf_team_t *t, int *stat, char *errmsg, size_t errmsg_len) {
-  caf_flush();
-  int rc;
-  if (t == &caf.initial) {
-    rc = fh_barrier_notify(t->ctx, CAF_BARRIER_LIVE, 0);
-    if (rc == FH_OK) rc = fh_barrier_wait(t->ctx, CAF_BARRIER_LIVE, 0);
-    if (rc == FH_ERR_BARRIER_MISMATCH)
-      return caf_report(stat, errmsg, errmsg_len, CAF_STAT_STOPPED_IMAGE,
-                        "SYNC ALL: an image has stopped");
-  } else {
-    for (int i = 0; i < t->size && caf_any_stopped(); i++)
-      if (caf_stopped(t->world[i]))
-        return caf_report(stat, errmsg, errmsg_len, CAF_STAT_STOPPED_IMAGE,
-                          "SYNC: image %d of the team has stopped", i + 1);
-    rc = fh_barrier(t->ctx);
-  }
-  if (rc != FH_OK)
-    return caf_report(stat, errmsg, errmsg_len, CAF_STAT_ERROR, "SYNC ALL: %s", fh_strerror(rc));
-  return 0;
-}
-
 void _gfortran_caf_sync_all(int *stat, char *errmsg, size_t errmsg_len) {
   caf_need_init();
   if (stat) *stat = 0;

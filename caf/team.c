@@ -10,6 +10,7 @@
 
 static caf_team_t **formed;
 static size_t nformed;
+static void team_finalize_all(void);
 
 void _gfortran_caf_form_team(int team_number, void **team, int new_index) {
   caf_need_init();
@@ -27,6 +28,7 @@ void _gfortran_caf_form_team(int team_number, void **team, int new_index) {
   caf_fh_check(fh_allgather(t->ctx, &caf.me, sizeof(int), t->world), "FORM TEAM");
   t->number = team_number;
   t->parent = cur;
+  caf_at_end(team_finalize_all); /* runs before mem.c's: registered later */
   formed = realloc(formed, sizeof *formed * (nformed + 1));
   formed[nformed++] = t;
   *team = t;
@@ -79,7 +81,7 @@ void *_gfortran_caf_get_team(int32_t *level) {
 }
 
 /* Finalize every team context, innermost first (collective within each team). */
-void caf_team_finalize_all(void) {
+static void team_finalize_all(void) {
   while (nformed > 0) {
     caf_team_t *t = formed[--nformed];
     fh_finalize(t->ctx);

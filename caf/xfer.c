@@ -17,51 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CAF_STAGE (1u << 20)
-#define CAF_STAGE_MAX (64u << 10)
-/* Puts up to this size block instead: to a node peer a put is one copy into its
- * shared heap (~0.06 us), cheaper than deferring it (a repeated `x[2] = v` would
- * overlap the pending one and flush every time). */
-#define CAF_BLOCK_MAX 256u
-#define CAF_PENDING 64
-
-static char *stage;
-static size_t stage_used;
-static struct { int world; uintptr_t lo, hi; } pending[CAF_PENDING];
-static int npending;
-
-void caf_flush(void) {
-  if (!caf.puts_pending) return;
-  caf_fh_check(fh_wait_nbi(caf.ctx, FH_NBI_PUTS), "completing coarray puts");
-  caf.puts_pending = false;
-  stage_used = 0;
-  npending = 0;
-}
-
-static bool overlaps_pending(int world, uintptr_t lo, uintptr_t hi) {
-  for (int i = 0; i < npending; i++)
-    if (pending[i].world == world && lo < pending[i].hi && pending[i].lo < hi) return true;
-  return false;
-}
-
-/* A staging buffer for a deferred put, or NULL (then the put blocks). */
-static char *stage_alloc(size_t n, int world, uintptr_t lo, uintptr_t hi) {
-  if (n <= CAF_BLOCK_MAX || n > CAF_STAGE_MAX) {
-    if (overlaps_pending(world, lo, hi)) caf_flush();
-    return NULL;
-  }
-  if (!stage && !(stage = malloc(CAF_STAGE))) return NULL;
-  if (stage_used + n > CAF_STAGE || npending == CAF_PENDING || overlaps_pending(world, lo, hi))
-    caf_flush();
-  char *p = stage + stage_used;
-  stage_used += (n + 15) & ~(size_t)15;
-  pending[npending].world = world;
-  pending[npending].lo = lo;
-  pending[npending].hi = hi;
-  npending++;
-  return p;
-}
-
 /* Make every regular dimension's stride positive; flip[i] marks the turned ones. */
 static void normalize(caf_sect_t *r, bool *flip) {
   for (int i = 0; i < r->rank; i++) {
@@ -192,7 +147,7 @@ int xfer_put(int world, caf_sect_t *r, caf_elty_t rt, caf_sect_t *l, caf_elty_t 
   bool inplace = !bcast && !any_flip(r, flip) && elty_same(rt, lt) && sect_contiguous(l);
   uintptr_t lo, hi;
   extent(r, &lo, &hi);
-  char *buf = stage_alloc(total, world, lo, hi);
+  char *buf = caf_stage(total, world, lo, hi);
   bool deferred = buf != NULL;
   if (!buf && inplace) buf = l->base;
   else if (!buf) buf = malloc(total);
