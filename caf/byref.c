@@ -31,15 +31,6 @@ static int ref_dims(const caf_reference_t *r) {
   return n;
 }
 
-static ptrdiff_t vec_at(const void *v, int kind, size_t k) {
-  switch (kind) {
-  case 1: return ((const int8_t *)v)[k];
-  case 2: return ((const int16_t *)v)[k];
-  case 4: return ((const int32_t *)v)[k];
-  default: return (ptrdiff_t)((const int64_t *)v)[k];
-  }
-}
-
 /* One dimension of an array ref: adds a section dimension or a constant offset. */
 static void array_dim(walk_t *w, const caf_reference_t *r, int i, ptrdiff_t lb, ptrdiff_t ub,
                       ptrdiff_t st, char **base) {
@@ -55,7 +46,7 @@ static void array_dim(walk_t *w, const caf_reference_t *r, int i, ptrdiff_t lb, 
     size_t n = r->u.a.dim[i].v.nvec;
     ptrdiff_t *offs = malloc(sizeof(ptrdiff_t) * (n ? n : 1));
     for (size_t k = 0; k < n; k++)
-      offs[k] = (vec_at(r->u.a.dim[i].v.vector, r->u.a.dim[i].v.kind, k) - lb) * st;
+      offs[k] = (sect_vec_index(r->u.a.dim[i].v.vector, r->u.a.dim[i].v.kind, k) - lb) * st;
     int d = w->s.rank++;
     w->s.ext[d] = (ptrdiff_t)n;
     w->s.str[d] = st;

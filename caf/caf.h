@@ -172,6 +172,7 @@ typedef struct {
 void sect_from_desc(caf_sect_t *s, gfc_desc_t *d);
 int sect_from_vector(caf_sect_t *s, char *origin, gfc_desc_t *d, caf_vector_t *v);
 void sect_free(caf_sect_t *s);
+ptrdiff_t sect_vec_index(const void *v, int kind, size_t k);
 char *sect_addr(const caf_sect_t *s, size_t k);
 bool sect_contiguous(const caf_sect_t *s);
 size_t desc_elems(gfc_desc_t *d);

@@ -37,7 +37,8 @@ void sect_from_desc(caf_sect_t *s, gfc_desc_t *d) {
   }
 }
 
-static ptrdiff_t vec_index(const void *v, int kind, size_t k) {
+/* Element k of a vector subscript of integer kind `kind`. */
+ptrdiff_t sect_vec_index(const void *v, int kind, size_t k) {
   switch (kind) {
   case 1: return ((const int8_t *)v)[k];
   case 2: return ((const int16_t *)v)[k];
@@ -62,7 +63,7 @@ int sect_from_vector(caf_sect_t *s, char *origin, gfc_desc_t *d, caf_vector_t *v
     if (v[i].nvec > 0) {
       ptrdiff_t *offs = malloc(sizeof(ptrdiff_t) * v[i].nvec);
       for (size_t k = 0; k < v[i].nvec; k++)
-        offs[k] = (vec_index(v[i].u.v.vector, v[i].u.v.kind, k) - lb) * st;
+        offs[k] = (sect_vec_index(v[i].u.v.vector, v[i].u.v.kind, k) - lb) * st;
       s->ext[out] = (ptrdiff_t)v[i].nvec;
       s->vec[out] = offs;
       s->str[out] = st;

@@ -33,28 +33,12 @@ program coarray_heat
   do s = 1, steps
     if (left >= 1) u(ntot / np + ntot)[left] = u(1)    ! my first value: left's right ghost
     if (right <= np) u(0)[right] = u(n)                ! my last value: right's left ghost
-    if (np > 1) then
-      if (left < 1) then
-        sync images(right)
-      else if (right > np) then
-        sync images(left)
-      else
-        sync images([left, right])
-      end if
-    end if
+    call sync_neighbours()
     do i = 1, n
       unew(i) = u(i) + k * (merge(u(i - 1), u(i), i > 1 .or. left >= 1) - 2 * u(i) + &
                             merge(u(i + 1), rghost(), i < n))
     end do
-    if (np > 1) then                                   ! neighbours have read my edges
-      if (left < 1) then
-        sync images(right)
-      else if (right > np) then
-        sync images(left)
-      else
-        sync images([left, right])
-      end if
-    end if
+    call sync_neighbours()                             ! they have read my edges
     u(1:n) = unew
   end do
   call system_clock(t1)
@@ -81,6 +65,16 @@ program coarray_heat
     if (err > 1d-12 .or. abs(heat - heat0) > 1d-9 * heat0) error stop 'coarray_heat: WRONG'
   end if
 contains
+  subroutine sync_neighbours()
+    if (np == 1) return
+    if (left < 1) then
+      sync images(right)
+    else if (right > np) then
+      sync images(left)
+    else
+      sync images([left, right])
+    end if
+  end subroutine
   pure real(8) function init(g)
     integer, intent(in) :: g
     init = merge(100d0, 0d0, 3 * g > ntot .and. 3 * g <= 2 * ntot)

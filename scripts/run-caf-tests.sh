@@ -7,9 +7,12 @@ FC=$1; RUN=$2; OUT=$3/caf-tests; LINK=$4; shift 4
 mkdir -p "$OUT"
 TESTS=${*:-$(ls tests/caf/*.f90)}
 fail=0
+FCFLAGS="-fcoarray=lib -O2 -g -Wall -Werror"
+# The tests' shared check (tests/caf/lib): compiled once.
+$FC $FCFLAGS -J"$OUT" -c tests/caf/lib/caf_check.f90 -o "$OUT/caf_check.o" || exit 1
 for src in $TESTS; do
   name=$(basename "$src" .f90)
-  $FC -fcoarray=lib -O2 -g -Wall -Werror -Wno-unused-dummy-argument "$src" -o "$OUT/$name" $LINK || { fail=1; continue; }
+  $FC $FCFLAGS -I"$OUT" "$src" "$OUT/caf_check.o" -o "$OUT/$name" $LINK || { fail=1; continue; }
   # What the program must end with: caf_errstop ends with ERROR STOP 3 on image 2.
   want=0
   case $name in caf_errstop) want=3 ;; caf_bounds) want=1 ;; esac

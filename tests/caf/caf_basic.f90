@@ -2,6 +2,7 @@
 ! negative), vector subscripts, kind conversion, characters, allocatable coarrays,
 ! SYNC ALL / SYNC IMAGES / SYNC MEMORY. Self-checking; any image's failure is ERROR STOP.
 program caf_basic
+  use caf_check
   implicit none
   integer :: me, np, right, left, i, j
   integer :: x[*], a(10, 10)[*], idx(3), v(10)
@@ -117,14 +118,6 @@ program caf_basic
   sync all
   if (me == 1) print '(a,i0,a)', 'caf_basic: ', np, ' images passed'
 contains
-  subroutine check(ok, what)
-    logical, intent(in) :: ok
-    character(*), intent(in) :: what
-    if (.not. ok) then
-      print '(a,i0,2a)', 'FAIL on image ', this_image(), ': ', what
-      error stop 2
-    end if
-  end subroutine
   subroutine spin(n)
     integer, intent(in) :: n
     integer :: s

@@ -2,6 +2,7 @@
 ! on contiguous and non-contiguous arguments, integer kinds, reals, complex,
 ! characters, and user functions of several types.
 program caf_coll
+  use caf_check
   implicit none
   integer :: me, np, i, a(6, 4), expect
   integer(1) :: i1(3)
@@ -99,12 +100,4 @@ contains
     logical :: p
     p = x .and. y
   end function
-  subroutine check(ok, what)
-    logical, intent(in) :: ok
-    character(*), intent(in) :: what
-    if (.not. ok) then
-      print '(a,i0,2a)', 'FAIL on image ', this_image(), ': ', what
-      error stop 2
-    end if
-  end subroutine
 end program

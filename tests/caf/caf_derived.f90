@@ -2,6 +2,7 @@
 ! a gather of variable-size allocatable components, puts into remote components,
 ! static array components, ALLOCATED() of a remote component, image-to-image copies.
 program caf_derived
+  use caf_check
   implicit none
   type :: bag
     integer :: n = 0
@@ -61,13 +62,4 @@ program caf_derived
   deallocate(b%v)
   sync all
   if (me == 1) print '(a,i0,a)', 'caf_derived: ', np, ' images passed'
-contains
-  subroutine check(ok, what)
-    logical, intent(in) :: ok
-    character(*), intent(in) :: what
-    if (.not. ok) then
-      print '(a,i0,2a)', 'FAIL on image ', this_image(), ': ', what
-      error stop 2
-    end if
-  end subroutine
 end program

@@ -2,6 +2,7 @@
 ! STAT_STOPPED_IMAGE (and does not hang), STOPPED_IMAGES / IMAGE_STATUS name the
 ! image, SYNC IMAGES with it reports it, and the job still ends with exit status 0.
 program caf_stop
+  use caf_check
   use iso_fortran_env, only: stat_stopped_image
   implicit none
   integer :: me, np, s, x[*], i
@@ -42,13 +43,4 @@ program caf_stop
     call check(x == 1 .or. np == 2, 'puts among the live images')
     print '(a,i0,a)', 'caf_stop: ', np, ' images passed'
   end if
-contains
-  subroutine check(ok, what)
-    logical, intent(in) :: ok
-    character(*), intent(in) :: what
-    if (.not. ok) then
-      print '(a,i0,2a)', 'FAIL on image ', this_image(), ': ', what
-      error stop 2
-    end if
-  end subroutine
 end program

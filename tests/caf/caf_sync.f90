@@ -1,6 +1,7 @@
 ! LOCK / UNLOCK with ACQUIRED_LOCK and STAT, CRITICAL, EVENT POST / WAIT / EVENT_QUERY
 ! with many producers and one consumer, and every ATOMIC_* intrinsic.
 program caf_sync
+  use caf_check
   use iso_fortran_env, only: lock_type, event_type, atomic_int_kind, atomic_logical_kind, &
                              stat_locked, stat_unlocked, stat_locked_other_image
   implicit none
@@ -132,13 +133,4 @@ program caf_sync
   end if
   sync all
   if (me == 1) print '(a,i0,a)', 'caf_sync: ', np, ' images passed'
-contains
-  subroutine check(ok, what)
-    logical, intent(in) :: ok
-    character(*), intent(in) :: what
-    if (.not. ok) then
-      print '(a,i0,2a)', 'FAIL on image ', this_image(), ': ', what
-      error stop 2
-    end if
-  end subroutine
 end program

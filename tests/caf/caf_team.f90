@@ -2,6 +2,7 @@
 ! THIS_IMAGE and NUM_IMAGES follow the current team; collectives and coarray
 ! accesses inside a team; nested teams; a coarray allocated inside a team.
 program caf_team
+  use caf_check
   use iso_fortran_env, only: team_type
   implicit none
   type(team_type) :: halves, pairs
@@ -42,13 +43,4 @@ program caf_team
   call check(num_images() == np .and. this_image() == me, 'back in the initial team')
   sync all
   if (me == 1) print '(a,i0,a)', 'caf_team: ', np, ' images passed'
-contains
-  subroutine check(ok, what)
-    logical, intent(in) :: ok
-    character(*), intent(in) :: what
-    if (.not. ok) then
-      print '(a,i0,2a)', 'FAIL on image ', this_image(), ': ', what
-      error stop 2
-    end if
-  end subroutine
 end program

@@ -332,8 +332,18 @@ impl Call {
     }
 }
 
+/// The name of a code the chunks carry: `names[v]`, `user` for a user-defined
+/// reduction's code, else `other v`.
+fn code_name(names: &[&str], v: u8, user: &str, other: &str) -> String {
+    match names.get(v as usize) {
+        Some(n) => n.to_string(),
+        None if v as i32 == USER => user.into(),
+        None => format!("{} {}", other, v),
+    }
+}
+
 fn dt_name(dt: u8) -> String {
-    [
+    let names = [
         "FH_INT32",
         "FH_INT64",
         "FH_UINT32",
@@ -346,36 +356,16 @@ fn dt_name(dt: u8) -> String {
         "FH_UINT16",
         "FH_CFLOAT",
         "FH_CDOUBLE",
-    ]
-    .get(dt as usize)
-    .map_or_else(
-        || {
-            if dt as i32 == USER {
-                "a user-defined element".into()
-            } else {
-                format!("datatype {}", dt)
-            }
-        },
-        |s| s.to_string(),
-    )
+    ];
+    code_name(&names, dt, "a user-defined element", "datatype")
 }
 
 fn op_name(op: u8) -> String {
-    [
+    let names = [
         "FH_SUM", "FH_PROD", "FH_MIN", "FH_MAX", "FH_BAND", "FH_BOR", "FH_BXOR", "FH_LAND",
         "FH_LOR",
-    ]
-    .get(op as usize)
-    .map_or_else(
-        || {
-            if op as i32 == USER {
-                "a user function".into()
-            } else {
-                format!("operation {}", op)
-            }
-        },
-        |s| s.to_string(),
-    )
+    ];
+    code_name(&names, op, "a user function", "operation")
 }
 
 /// A call as its arguments show it, for messages.
@@ -1005,6 +995,44 @@ impl CtxInner {
         Ok(b)
     }
 
+    /// A reduction's call record and payload; an argument this rank refuses is
+    /// recorded in the call (payload 0), so it still takes part and every rank learns.
+    fn red_call(
+        &self,
+        st: &mut CollState,
+        name: &'static str,
+        (kind, root, count, comb): (u8, usize, usize, Comb),
+        src: usize,
+        dst: Option<usize>,
+    ) -> (Call, usize) {
+        let want = *comb.bytes(count).as_ref().unwrap_or(&0);
+        let mut call = self.call(st, name, kind, root, want, comb.codes());
+        let nbytes = match self.red_bytes(&comb, count, src, dst) {
+            Ok(b) => b,
+            Err(e) => {
+                call.fail(e, self.rank);
+                0
+            }
+        };
+        (call, nbytes)
+    }
+
+    /// A reduction on one rank: the result is the operand.
+    fn red_alone(
+        &self,
+        st: &mut CollState,
+        call: Call,
+        src: usize,
+        dst: usize,
+        nbytes: usize,
+    ) -> Result<()> {
+        if !call.failed() && nbytes > 0 {
+            // SAFETY: both valid for nbytes (checked non-null; caller's contract).
+            unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, nbytes) };
+        }
+        self.finish(st, call)
+    }
+
     fn reduce_with(
         &self,
         name: &'static str,
@@ -1016,29 +1044,11 @@ impl CtxInner {
     ) -> Result<()> {
         let mut st = self.coll_enter(name)?;
         let root = self.check_rank(root)?;
-        let want = comb.bytes(count);
-        let mut call = self.call(
-            &mut st,
-            name,
-            K_REDUCE,
-            root,
-            *want.as_ref().unwrap_or(&0),
-            comb.codes(),
-        );
         let at_root = (self.rank == root).then_some(dst);
-        let nbytes = match self.red_bytes(&comb, count, src, at_root) {
-            Ok(b) => b,
-            Err(e) => {
-                call.fail(e, self.rank);
-                0
-            }
-        };
+        let how = (K_REDUCE, root, count, comb);
+        let (mut call, nbytes) = self.red_call(&mut st, name, how, src, at_root);
         if self.size == 1 {
-            if !call.failed() && nbytes > 0 {
-                // SAFETY: both valid for nbytes (checked non-null; caller's contract).
-                unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, nbytes) };
-            }
-            return self.finish(&mut st, call);
+            return self.red_alone(&mut st, call, src, dst, nbytes);
         }
         self.reduce_flow(&mut st, &mut call, root, src, dst, nbytes, comb)?;
         self.finish(&mut st, call)
@@ -1073,28 +1083,10 @@ impl CtxInner {
         comb: Comb,
     ) -> Result<()> {
         let mut st = self.coll_enter(name)?;
-        let want = comb.bytes(count);
-        let mut call = self.call(
-            &mut st,
-            name,
-            K_ALLREDUCE,
-            0,
-            *want.as_ref().unwrap_or(&0),
-            comb.codes(),
-        );
-        let nbytes = match self.red_bytes(&comb, count, src, Some(dst)) {
-            Ok(b) => b,
-            Err(e) => {
-                call.fail(e, self.rank);
-                0
-            }
-        };
+        let how = (K_ALLREDUCE, 0, count, comb);
+        let (mut call, nbytes) = self.red_call(&mut st, name, how, src, Some(dst));
         if self.size == 1 {
-            if !call.failed() && nbytes > 0 {
-                // SAFETY: both valid for nbytes (caller's contract).
-                unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, nbytes) };
-            }
-            return self.finish(&mut st, call);
+            return self.red_alone(&mut st, call, src, dst, nbytes);
         }
         self.reduce_flow(&mut st, &mut call, 0, src, dst, nbytes, comb)?;
         self.bcast_main(&mut st, &mut call, 0, dst as *mut u8, nbytes)?;
