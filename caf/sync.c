@@ -4,9 +4,10 @@
  * SYNC IMAGES uses notification counters: notes[j] on image i counts the syncs j
  * made with i (one remote fetch-free add, no target CPU); i waits until it has seen
  * as many as it made with j. No pairwise barrier, no message.
- * A lock is a 64-bit word: 0 free, else the holder's world rank + 1, taken with one
- * remote compare-and-swap, so STAT_LOCKED / STAT_LOCKED_OTHER_IMAGE know the holder,
- * lock arrays cost one word per element, and nothing is collective.
+ * A lock is a firehose word lock (fh_word_lock): one 64-bit word, taken with one
+ * remote compare-and-swap, that knows its holder (STAT_LOCKED,
+ * STAT_LOCKED_OTHER_IMAGE); lock arrays cost one word per element, nothing is
+ * collective. The runtime waits with FH_WORD_LOCK_TRY so it notices a stopped holder.
  * An event is a 64-bit notify counter: EVENT POST is a remote add after the poster's
  * puts completed; EVENT WAIT waits on the local word (fh_signal_wait_until) and
  * subtracts what it consumed.
@@ -111,25 +112,26 @@ void _gfortran_caf_lock(void *token, size_t index, int image_index, int *acquire
   int w;
   uint64_t *lk = word(token, index, image_index, &w, "LOCK");
   caf_flush();
-  uint64_t me = (uint64_t)caf.me + 1, old = 0;
   unsigned spins = 0;
   for (;;) {
-    caf_fh_check(fh_atomic_cas_u64(caf.ctx, w, lk, 0, me, &old), "LOCK");
-    if (old == 0) {
+    int holder = -1;
+    int rc = fh_word_lock(caf.ctx, w, lk, FH_WORD_LOCK_TRY, &holder);
+    if (rc == FH_OK) {
       if (acquired_lock) *acquired_lock = 1;
       return;
     }
-    if (old == me) {
+    if (rc == FH_ERR_STATE && holder == caf.me) {
       caf_report(stat, errmsg, errmsg_len, CAF_STAT_LOCKED, "LOCK: this image holds the lock");
       return;
     }
+    if (rc != FH_NOT_READY) caf_fh_check(rc, "LOCK");
     if (acquired_lock) {
       *acquired_lock = 0;
       return;
     }
-    if (caf_stopped((int)old - 1)) {
+    if (caf_stopped(holder)) {
       caf_report(stat, errmsg, errmsg_len, CAF_STAT_STOPPED_IMAGE,
-                 "LOCK: the holder, image %d, has stopped", (int)old);
+                 "LOCK: the holder, image %d, has stopped", holder + 1);
       return;
     }
     backoff(&spins);
@@ -143,13 +145,15 @@ void _gfortran_caf_unlock(void *token, size_t index, int image_index, int *stat,
   int w;
   uint64_t *lk = word(token, index, image_index, &w, "UNLOCK");
   caf_flush();
-  uint64_t me = (uint64_t)caf.me + 1, old = 0;
-  caf_fh_check(fh_atomic_cas_u64(caf.ctx, w, lk, me, 0, &old), "UNLOCK");
-  if (old == 0)
+  int holder = -1;
+  int rc = fh_word_unlock(caf.ctx, w, lk, &holder);
+  if (rc == FH_OK) return;
+  if (rc != FH_ERR_STATE) caf_fh_check(rc, "UNLOCK");
+  if (holder < 0)
     caf_report(stat, errmsg, errmsg_len, CAF_STAT_UNLOCKED, "UNLOCK: the lock is not locked");
-  else if (old != me)
+  else
     caf_report(stat, errmsg, errmsg_len, CAF_STAT_LOCKED_OTHER_IMAGE,
-               "UNLOCK: image %d holds the lock", (int)old);
+               "UNLOCK: image %d holds the lock", holder + 1);
 }
 
 void _gfortran_caf_event_post(void *token, size_t index, int image_index, int *stat,

@@ -110,6 +110,7 @@ module firehose
 
   ! ---- split-phase barrier flags ----
   integer(c_int), parameter :: FH_BARRIER_ANONYMOUS = 1
+  integer(c_int), parameter :: FH_WORD_LOCK_TRY = 1
   integer(c_int), parameter :: FH_SIGNAL_SET = 0
   integer(c_int), parameter :: FH_SIGNAL_ADD = 1
   integer(c_int), parameter :: FH_CMP_EQ = 0
@@ -367,6 +368,25 @@ module firehose
       type(c_ptr), value :: user
       integer(c_int) :: fh_allreduce_fn
     end function fh_allreduce_fn
+
+    function fh_word_lock(ctx, rank, word, flags, holder_out) bind(C, name="fh_word_lock")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: word
+      integer(c_int), value :: flags
+      type(c_ptr), value :: holder_out
+      integer(c_int) :: fh_word_lock
+    end function fh_word_lock
+
+    function fh_word_unlock(ctx, rank, word, holder_out) bind(C, name="fh_word_unlock")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: word
+      type(c_ptr), value :: holder_out
+      integer(c_int) :: fh_word_unlock
+    end function fh_word_unlock
 
     function fh_put_signal(ctx, rank, dst, src, nbytes, sig_addr, signal, sig_op) &
         bind(C, name="fh_put_signal")

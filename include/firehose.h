@@ -269,6 +269,11 @@
 #define FH_CMP_LE 5
 
 /**
+ * `flags` of fh_word_lock: do not wait; FH_NOT_READY if another rank holds the lock.
+ */
+#define FH_WORD_LOCK_TRY 1
+
+/**
  * Largest size any setting accepts (1 PiB): a larger value is a mistake, and
  * arithmetic on it (rounding up to pages, adding headers) could overflow.
  */
@@ -2460,6 +2465,33 @@ int fh_signal_wait_until(struct fh_ctx_t *ctx,
                          int cmp,
                          uint64_t value,
                          uint64_t *value_out);
+
+/**
+ * Take a word lock: the 64-bit word `word` of `rank` is the lock (0 when free, else
+ * its holder's rank + 1), so it needs no creation, costs one word (lock arrays: one
+ * per element), and knows its holder. The word must be one the atomics accept: 8-byte
+ * aligned, in fh_malloc or registered memory of `rank`, or any memory of another
+ * rank; initialise it to 0 before anyone locks it. Taking it is one remote
+ * compare-and-swap; a waiter retries in the library's wait loop (not FIFO; the MCS
+ * lock of fh_lock_create is, for a collective creation). `*holder_out` (may be NULL)
+ * gets the holder's rank when the call does not acquire.
+ * Returns FH_OK (acquired), FH_NOT_READY (FH_WORD_LOCK_TRY and another rank holds
+ * it), FH_ERR_STATE (this rank holds it already: not recursive).
+ * Errors: FH_ERR_INVALID_ARG (unaligned or NULL word, unknown flags), FH_ERR_ACCESS.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
+ */
+int fh_word_lock(struct fh_ctx_t *ctx, int rank, uint64_t *word, int flags, int *holder_out);
+
+/**
+ * Release a word lock this rank holds (one remote compare-and-swap). FH_ERR_STATE,
+ * and the word unchanged, if it is not held (`*holder_out` = -1) or another rank
+ * holds it (`*holder_out` = that rank); holder_out may be NULL.
+ * Errors: as fh_word_lock.
+ * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
+ */
+int fh_word_unlock(struct fh_ctx_t *ctx, int rank, uint64_t *word, int *holder_out);
 
 /**
  * Vector put (seed 002 VIS): the bytes of local pieces `srclist[0..srccount]`, in

@@ -64,8 +64,9 @@ expect_exit() {
 # The heap grows past a small FH_HEAP_SIZE into registered segments.
 extra test_heap_grow 4 - FH_HEAP_SIZE=4M FH_SHM=0
 extra test_heap_grow 2 - FH_HEAP_SIZE=4M
-# Notify counters through MPI RMA (the off-node path).
+# Notify counters and word locks through MPI RMA (the off-node path).
 extra test_signal 4 - FH_SHM=0
+extra test_word_lock 4 - FH_SHM=0
 # fh_abort ends every rank (the others wait in a barrier) with the given status.
 expect_exit test_split 2 7 abort
 expect_exit test_split 4 7 abort

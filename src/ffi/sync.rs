@@ -505,3 +505,87 @@ pub extern "C" fn fh_signal_wait_until(
         OK
     })
 }
+
+/// `flags` of fh_word_lock: do not wait; FH_NOT_READY if another rank holds the lock.
+pub const FH_WORD_LOCK_TRY: c_int = 1;
+
+/// Take a word lock: the 64-bit word `word` of `rank` is the lock (0 when free, else
+/// its holder's rank + 1), so it needs no creation, costs one word (lock arrays: one
+/// per element), and knows its holder. The word must be one the atomics accept: 8-byte
+/// aligned, in fh_malloc or registered memory of `rank`, or any memory of another
+/// rank; initialise it to 0 before anyone locks it. Taking it is one remote
+/// compare-and-swap; a waiter retries in the library's wait loop (not FIFO; the MCS
+/// lock of fh_lock_create is, for a collective creation). `*holder_out` (may be NULL)
+/// gets the holder's rank when the call does not acquire.
+/// Returns FH_OK (acquired), FH_NOT_READY (FH_WORD_LOCK_TRY and another rank holds
+/// it), FH_ERR_STATE (this rank holds it already: not recursive).
+/// Errors: FH_ERR_INVALID_ARG (unaligned or NULL word, unknown flags), FH_ERR_ACCESS.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
+#[no_mangle]
+pub extern "C" fn fh_word_lock(
+    ctx: *mut fh_ctx_t,
+    rank: c_int,
+    word: *mut u64,
+    flags: c_int,
+    holder_out: *mut c_int,
+) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        if flags & !FH_WORD_LOCK_TRY != 0 {
+            crate::bail!(InvalidArg, "flags {:#x}: only FH_WORD_LOCK_TRY is defined", flags);
+        }
+        let put_holder = |h: usize| {
+            if !holder_out.is_null() {
+                // SAFETY: non-null caller-provided out-pointer.
+                unsafe { holder_out.write(h as c_int) };
+            }
+        };
+        use crate::api::sync::wordlock::Taken;
+        match c.word_lock(rank as i64, word as usize, flags & FH_WORD_LOCK_TRY != 0)? {
+            Taken::Acquired => OK,
+            Taken::HeldBy(h) => {
+                put_holder(h);
+                Ok(Status::NotReady.code())
+            }
+            Taken::Already => {
+                put_holder(c.rank);
+                crate::bail!(State, "fh_word_lock: this rank holds the lock at {:#x} of rank {} already", word as usize, rank)
+            }
+        }
+    })
+}
+
+/// Release a word lock this rank holds (one remote compare-and-swap). FH_ERR_STATE,
+/// and the word unchanged, if it is not held (`*holder_out` = -1) or another rank
+/// holds it (`*holder_out` = that rank); holder_out may be NULL.
+/// Errors: as fh_word_lock.
+/// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
+#[no_mangle]
+pub extern "C" fn fh_word_unlock(
+    ctx: *mut fh_ctx_t,
+    rank: c_int,
+    word: *mut u64,
+    holder_out: *mut c_int,
+) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        use crate::api::sync::wordlock::Freed;
+        let holder = match c.word_unlock(rank as i64, word as usize)? {
+            Freed::Released => return OK,
+            Freed::NotHeld => -1,
+            Freed::HeldBy(h) => h as c_int,
+        };
+        if !holder_out.is_null() {
+            // SAFETY: non-null caller-provided out-pointer.
+            unsafe { holder_out.write(holder) };
+        }
+        if holder < 0 {
+            crate::bail!(State, "fh_word_unlock: the lock at {:#x} of rank {} is not locked", word as usize, rank);
+        }
+        crate::bail!(State, "fh_word_unlock: rank {} holds the lock at {:#x} of rank {}, not this rank", holder, word as usize, rank)
+    })
+}

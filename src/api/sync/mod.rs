@@ -23,6 +23,7 @@ pub mod lock;
 pub mod settings;
 pub mod signal;
 pub mod state;
+pub mod wordlock;
 
 pub use state::SyncState;
 use state::MIN_SPARE;
