@@ -216,9 +216,15 @@ int main(int argc, char **argv) {
   CHECK(fh_am_max_medium(ctx) == 4096, "fh_am_max_medium = %zu, cfg said 4096", fh_am_max_medium(ctx));
   unsigned char big[4097] = {0};
   CHECK_RC(fh_am_request_medium(ctx, 1 - me, H_REQ, big, 4097, NULL, 0), FH_ERR_INVALID_ARG);
-  CHECK(fh_malloc(ctx, 2 << 20) == NULL, "a 2 MiB fh_malloc from a 1 MiB heap succeeded");
   void *p = fh_malloc(ctx, 256 << 10);
   CHECK(p != NULL, "a 256 KiB fh_malloc from a 1 MiB heap failed");
+  /* 2 MiB cannot come from the 1 MiB heap: the heap grows by a segment elsewhere. */
+  unsigned char *q = fh_malloc(ctx, 2 << 20);
+  CHECK(q != NULL, "a 2 MiB fh_malloc did not grow the 1 MiB heap");
+  CHECK(q + (2 << 20) <= (unsigned char *)p || q >= (unsigned char *)p + (1 << 20),
+        "a 2 MiB block overlaps the 1 MiB heap's region: FH_HEAP_SIZE not applied");
+  q[0] = q[(2 << 20) - 1] = 1;
+  fh_free(ctx, q);
   fh_free(ctx, p);
   storm(2000);
   back_pressure(3);

@@ -60,6 +60,15 @@ impl CtxInner {
             .checked_add(super::heap::ALIGN)
             .ok_or_else(|| err!(NoMemory, "{} bytes cannot be allocated", nbytes))?
             .max(self.heap.size() + self.internal);
+        let ram = os::phys_mem();
+        if ram > 0 && want as u64 > ram {
+            bail!(
+                NoMemory,
+                "a segment of {} bytes is more than this machine's memory ({} bytes)",
+                want,
+                ram
+            );
+        }
         let map = os::Mapping::new(want)?;
         self.mem_register(map.addr(), map.len())?;
         self.segments.add(map, nbytes)
