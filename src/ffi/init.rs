@@ -233,7 +233,11 @@ pub extern "C" fn fh_init_comm_f(
 /// The parts set up in turn, in increasing color, one barrier of `ctx` apart: with
 /// Open MPI 4.1, contexts created at the same time (fh_init_comm_f) on the parts of
 /// one MPI_Comm_split can fail with FH_ERR_MPI, because two parts on one node collide
-/// in MPI's one-sided component; fh_split never does. The new context is independent
+/// in MPI's one-sided component; fh_split never does. Splits of different contexts
+/// at the same time (every part splitting again: nested teams) take turns too when
+/// a part lies on one node (a lock of the machine); parts spread over several nodes
+/// do not, so there nested splits should be separated by a barrier of a context
+/// they share. The new context is independent
 /// of `ctx` (finalize each); its collectives and barriers involve only the part.
 /// Errors: FH_ERR_INVALID_ARG (ctx_out NULL; a negative color on any rank: every rank
 /// fails), FH_ERR_STATE (ctx finalized), FH_ERR_UNSUPPORTED (a context of the sim

@@ -9,6 +9,28 @@ use crate::runtime::error::Result;
 use std::sync::OnceLock;
 
 /// The system page size (cached).
+/// An exclusive `flock` on `path` (created if missing), held until the file is
+/// dropped: a lock between the processes of one machine.
+pub fn lock_file(path: &std::path::Path) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| crate::err!(Transport, "cannot open {}: {}", path.display(), e))?;
+    loop {
+        // SAFETY: flock on a descriptor this File owns.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(f);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(crate::err!(Transport, "flock {}: {}", path.display(), e));
+        }
+    }
+}
+
 pub fn page_size() -> usize {
     static PAGE: OnceLock<usize> = OnceLock::new();
     *PAGE.get_or_init(|| {

@@ -6,7 +6,11 @@
 //! the parts of one `MPI_Comm_split` share (ompi#9492): two parts on one node that
 //! create windows concurrently remove each other's segment (`MPI_ERR_WIN`, or a crash).
 //! So the parts take turns, in increasing colour, with a barrier of the parent between
-//! turns; the cost is one barrier per part.
+//! turns; the cost is one barrier per part. Parts of *different* parents that split
+//! at the same time (nested teams: every half splits again) collide the same way, and
+//! no parent sees them all: a part whose ranks all share this node also takes a lock
+//! of the machine (`NodeTurn`, a `flock`) for its set-up. A part spread over several
+//! nodes does not (it could deadlock with another one holding the other node's lock).
 
 use super::boot::check;
 use super::{agree, comm_from_fint, MpiConduit};
@@ -40,6 +44,52 @@ fn colours(parent: ffi::MPI_Comm, colour: c_int) -> Result<Vec<c_int>> {
     Ok(all)
 }
 
+/// A machine-wide turn for one part's set-up, taken by the part's first rank while
+/// the others wait for it (held only when the whole part is on this node).
+struct NodeTurn(Option<std::fs::File>);
+
+impl NodeTurn {
+    fn take(part: ffi::MPI_Comm) -> Result<NodeTurn> {
+        let (mut node, members) = super::shm::node_members(part)?;
+        // SAFETY: the node communicator node_members made for us.
+        unsafe { ffi::MPI_Comm_free(&mut node) };
+        let mut n: c_int = 0;
+        let mut me: c_int = 0;
+        // SAFETY: a valid communicator and out-ints.
+        unsafe {
+            ffi::MPI_Comm_size(part, &mut n);
+            ffi::MPI_Comm_rank(part, &mut me);
+        }
+        if members.len() != n as usize || n < 2 {
+            return Ok(NodeTurn(None));
+        }
+        let path = std::env::temp_dir().join(format!(
+            "firehose-split-{}.lock",
+            // SAFETY: getuid cannot fail.
+            unsafe { libc::getuid() }
+        ));
+        // Without the lock file (no writable temporary directory) the part goes on
+        // without a turn, as a part spread over nodes does.
+        let lock = if me == 0 {
+            crate::runtime::os::lock_file(&path).ok()
+        } else {
+            None
+        };
+        // SAFETY: every rank of the part calls it here.
+        check(unsafe { ffi::PMPI_Barrier(part) }, || {
+            "MPI_Barrier (part)".into()
+        })?;
+        Ok(NodeTurn(lock))
+    }
+
+    /// Every rank of the part is done setting up; the first one gives the turn back.
+    fn give_back(self, part: ffi::MPI_Comm) {
+        // SAFETY: every rank of the part calls it here.
+        let _ = unsafe { ffi::PMPI_Barrier(part) };
+        drop(self.0);
+    }
+}
+
 /// Collective over `parent_f`: split it by `colour` (ordered by `key`, then parent
 /// rank) and build this rank's part's conduit, the parts taking turns.
 pub fn launch<S: Resolved>(
@@ -71,9 +121,11 @@ pub fn launch<S: Resolved>(
     for c in order {
         if c == colour {
             let cfg = cfg.take().expect("one turn per colour");
+            let turn = NodeTurn::take(part)?;
             made = Some(agree::settings(part, &cfg).and(cfg).and_then(|cfg| {
                 MpiConduit::new(part, cfg.core(), max_frame(&cfg)).map(|c| (c, cfg))
             }));
+            turn.give_back(part);
         }
         // SAFETY: the parent, which every rank of it reaches here with.
         let rc = unsafe { ffi::PMPI_Barrier(parent) };
