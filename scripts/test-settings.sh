@@ -56,6 +56,8 @@ run FH_REGISTRATION firehose pin-everything
 run FH_STATS 0 1
 run FH_SHM 1 0
 run FH_BARRIER dissemination tree
+run FH_BARRIER node dissemination
+run FH_WAIT_SLEEP 0 1
 run FH_BCAST_LAMBDA auto 3
 run FH_MPI_PROGRESS 1 0
 run FH_STALL_WARN 10 30

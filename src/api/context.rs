@@ -161,7 +161,14 @@ impl Context {
                 return Err(e);
             }
         };
-        let inner = build(c, cfg, info, params);
+        let (leaders, here) = match node_leaders(&*c) {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = c.finalize();
+                return Err(e);
+            }
+        };
+        let inner = build(c, cfg, info, params, (leaders, here));
         super::sync::register(&inner);
         super::progress::register(&inner);
         inner.info.lock().push(if super::progress::wanted_for(&inner) {
@@ -207,6 +214,7 @@ impl Context {
             cfg,
             vec![format!("conduit: sim ({} nodes)", world.size())],
             params,
+            (vec![0; world.size()], world.size()),
         );
         super::sync::register(&inner);
         let weak = Arc::downgrade(&inner);
@@ -360,12 +368,31 @@ fn handlers() -> Vec<(super::am::LibHandler, super::ctx::LibHandlerFn)> {
         .collect()
 }
 
-/// The context's state, from its conduit, settings and firehose parameters.
+/// Every rank's node, named by its leader (its lowest rank): the ranks whose heaps
+/// this rank maps ([`Conduit::node_view`]) form its node (collective).
+/// Also how many ranks run on this machine (the waiting policy's "crowded").
+fn node_leaders(c: &dyn Conduit) -> Result<(Vec<usize>, usize)> {
+    let me = (0..c.size())
+        .find(|&r| c.node_view(r, c.remote_heap(r).0, 8).is_some())
+        .unwrap_or(c.rank());
+    let leaders = c.allgather_u64(me as u64)?;
+    let host = host_hash();
+    let here = c
+        .allgather_u64(host)?
+        .iter()
+        .filter(|&&h| h == host)
+        .count();
+    Ok((leaders.into_iter().map(|l| l as usize).collect(), here))
+}
+
+/// The context's state, from its conduit, settings, firehose parameters and every
+/// rank's node leader.
 fn build(
     conduit: Arc<dyn Conduit>,
     cfg: Settings,
     info: Vec<String>,
     params: Params,
+    (leaders, here): (Vec<usize>, usize),
 ) -> Arc<CtxInner> {
     let (rank, size) = (conduit.rank(), conduit.size());
     let (hb, hl) = conduit.heap();
@@ -374,7 +401,23 @@ fn build(
     let mut info = info;
     info.push(params.describe());
     let remote_heaps: Vec<(usize, usize)> = (0..size).map(|r| conduit.remote_heap(r)).collect();
-    let (sync, reserved) = super::sync::SyncState::new(&remote_heaps, cfg.sync.barrier);
+    let (mut sync, reserved) = super::sync::SyncState::new(&remote_heaps, cfg.sync.barrier);
+    let view = |r: usize, addr: usize| conduit.node_view(r, addr, 64).map(|p| p as usize);
+    let all_native = (0..size).all(|r| conduit.native(r, remote_heaps[r].0, 8).is_some());
+    let bells = super::bells::Bells::new(
+        (0..size)
+            .map(|r| {
+                let a = sync.area.filter(|_| caps.sleep && cfg.sync.wait_sleep)?;
+                view(r, a.bell(remote_heaps[r].0))
+            })
+            .collect(),
+        all_native,
+        here,
+    );
+    if let (Some(a), true) = (sync.area, caps.sleep && cfg.sync.wait_sleep) {
+        conduit.set_bell_offset(a.bell(0));
+    }
+    sync.node = super::sync::node::Node::new(rank, &leaders, sync.area, &remote_heaps, &view);
     // The registration table follows the sync area, when every heap has room.
     let tab = super::regtab::Layout::new(size);
     let tab_fits = reserved > 0
@@ -406,6 +449,7 @@ fn build(
         segments: Default::default(),
         local_regs: LocalRegions::new(size),
         remote_heaps,
+        bells,
         internal,
         regtab_off: reserved,
         regtab: super::regtab::RegTab::new(layout),

@@ -86,6 +86,8 @@ pub struct CtxInner {
     pub fh: FhState,
     /// rpipe handshakes and open pipes (`api::rpipe`).
     pub rpipe: super::rpipe::state::RpipeState,
+    /// Where the ranks of this node sleep, and who wakes them (`api::bells`).
+    pub bells: super::bells::Bells,
     /// Atomics' helpers, locks, barriers, collectives (`api::sync`).
     pub sync: super::sync::state::SyncState,
     /// Outstanding invalidations: id -> acks still missing.

@@ -10,6 +10,7 @@
 //! validation + translation shell.
 
 pub mod am;
+pub mod bells;
 pub mod context;
 pub mod ctx;
 pub mod heap;

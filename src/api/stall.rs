@@ -123,6 +123,11 @@ impl<'a> Watch<'a> {
         self.check()
     }
 
+    /// Check now (after a sleep: rounds no longer measure time).
+    pub fn check_now(&mut self) -> Result<()> {
+        self.check()
+    }
+
     #[cold]
     fn check(&mut self) -> Result<()> {
         let cfg = &self.ctx.cfg;

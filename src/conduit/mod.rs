@@ -51,6 +51,9 @@ pub struct Caps {
     /// The transport's own blocking calls can serve the library while they wait
     /// (the MPI conduit, through the interposed blocking MPI calls).
     pub interop: bool,
+    /// Every rank is a process of its own whose waits may sleep on a futex in
+    /// node-shared memory (`runtime::wait`); false where ranks share a thread (sim).
+    pub sleep: bool,
 }
 
 /// A bulk payload to send with a frame.
@@ -236,6 +239,20 @@ pub trait Conduit: Send + Sync {
     fn native(&self, _rank: usize, _raddr: usize, _len: usize) -> Option<*mut u8> {
         None
     }
+
+    /// Where `[raddr, raddr+len)` of `rank` is mapped here when `rank` is this rank
+    /// or shares this node's mapping with it (whatever other nodes there are). CPU
+    /// atomics through it are atomic only with those of the other ranks of the node:
+    /// for words no rank of another node touches (the node's own protocols).
+    fn node_view(&self, rank: usize, raddr: usize, len: usize) -> Option<*mut u8> {
+        self.native(rank, raddr, len)
+    }
+
+    /// Where every rank's bell (`runtime::wait::Bell`) lies: `off` bytes into its
+    /// library heap. The conduit then rings a node peer's bell whenever it starts an
+    /// operation through the transport that the peer may have to progress (a peer
+    /// asleep in a wait would not serve it). Set once, by the context.
+    fn set_bell_offset(&self, _off: usize) {}
 
     /// Remote atomic through the transport; returns the old value. Atomic with every
     /// other `atomic` call on the word, whatever the operation (the conduit decides

@@ -108,6 +108,7 @@ impl SimWorld {
                 reduction: false,
                 interop: false,
                 local_registration: true,
+                sleep: false,
             },
         })
     }

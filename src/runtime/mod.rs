@@ -8,3 +8,4 @@
 pub mod error;
 pub mod config;
 pub mod os;
+pub mod wait;

@@ -165,7 +165,9 @@ impl CtxInner {
             ptr: l.data.as_ptr(),
             len: l.data.len(),
         });
-        match self.conduit.am_send(dest, frame, src) {
+        let sent = self.conduit.am_send(dest, frame, src);
+        self.ring(dest);
+        match sent {
             Ok(id) => {
                 Stats::add(&self.stats.am_requests_sent, 1);
                 if let Some(id) = id {
@@ -219,7 +221,9 @@ impl CtxInner {
         let (frame, credits) = self.frame_for(tok.src, head, args, medium);
         // Owned copy: a handler must not wait for the payload to drain.
         let src = long.map(|l| LongSrc::Owned(l.data.to_vec()));
-        match self.conduit.am_send(tok.src, frame, src) {
+        let sent = self.conduit.am_send(tok.src, frame, src);
+        self.ring(tok.src);
+        match sent {
             Ok(_) => {
                 tok.replied.set(true);
                 Stats::add(&self.stats.am_replies_sent, 1);
@@ -253,7 +257,9 @@ impl CtxInner {
     fn send_control(&self, dest: usize, c: Control, args: &[u64]) {
         let head = Head::new(Category::Short, Role::Control(c), 0, 0);
         let (frame, credits) = self.frame_for(dest, head, args, &[]);
-        if let Err(e) = self.conduit.am_send(dest, frame, None) {
+        let sent = self.conduit.am_send(dest, frame, None);
+        self.ring(dest);
+        if let Err(e) = sent {
             self.am.peers[dest].give_back(credits);
             self.record_async_error(err!(
                 Transport,

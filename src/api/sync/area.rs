@@ -15,6 +15,8 @@ pub const TREE_DEGREE: usize = 4;
 /// Chunk slots per (writer, reader) pair.
 pub const SLOTS: usize = 4;
 const LINE: usize = 64;
+/// Payload bytes of a node collective slot ([`Area::nslot`]).
+pub const NSLOT: usize = 4096;
 
 /// What a rank's life word says (its low byte; a finalizing rank puts the epoch of
 /// the last barrier it notified above it, see [`life_word`]).
@@ -58,6 +60,9 @@ pub struct Area {
     tree_rel: usize,
     scratch: usize,
     life: usize,
+    bell: usize,
+    node: usize,
+    nslots: usize,
     credits: usize,
     inbox: usize,
     stage: usize,
@@ -74,7 +79,10 @@ impl Area {
         let tree_rel = tree_arr + TREE_DEGREE * 2 * 16;
         let scratch = tree_rel + LINE;
         let life = scratch + LINE;
-        let credits = life + LINE;
+        let bell = life + LINE;
+        let node = bell + LINE;
+        let nslots = node + 2 * LINE;
+        let credits = nslots + 2 * (LINE + NSLOT);
         let inbox = credits + n * LINE;
         let stage = inbox + n * SLOTS * (LINE + chunk);
         let desc_stage = stage + chunk;
@@ -88,6 +96,9 @@ impl Area {
             tree_rel,
             scratch,
             life,
+            bell,
+            node,
+            nslots,
             credits,
             inbox,
             stage,
@@ -121,6 +132,27 @@ impl Area {
     /// they wait for it.
     pub fn life(&self, base: usize) -> usize {
         base + self.life
+    }
+    /// This rank's bell (`runtime::wait::Bell`): rung by whoever writes a word this
+    /// rank may be waiting for.
+    pub fn bell(&self, base: usize) -> usize {
+        base + self.bell
+    }
+    /// At a node's leader: the barrier's arrival counter, then its release (id,
+    /// tag) — three words of one line.
+    pub fn node_barrier(&self, base: usize) -> usize {
+        base + self.node
+    }
+    /// Each rank's own barrier value for the node (id, tag), then the last node
+    /// collective it finished (+16).
+    pub fn node_val(&self, base: usize) -> usize {
+        base + self.node + LINE
+    }
+    /// A rank's node collective slot of parity `p`: a header line (the call's
+    /// description) then [`NSLOT`] payload bytes.
+    pub fn nslot(&self, base: usize, p: usize) -> usize {
+        debug_assert!(p < 2);
+        base + self.nslots + p * (LINE + NSLOT)
     }
     /// In a writer's area: how many chunks `reader` has consumed from it.
     pub fn credit(&self, base: usize, reader: usize) -> usize {
@@ -158,7 +190,11 @@ mod tests {
             assert!(a.diss(0, MAX_ROUNDS - 1, 1) + 16 <= a.tree_arr(0, 0, 0));
             assert!(a.tree_arr(0, TREE_DEGREE - 1, 1) + 16 <= a.tree_rel(0, 0));
             assert!(a.tree_rel(0, 1) + 16 <= a.scratch(0));
-            assert!(a.scratch(0) + LINE <= a.life(0) && a.life(0) + LINE <= a.credit(0, 0));
+            assert!(a.scratch(0) + LINE <= a.life(0) && a.life(0) + LINE <= a.bell(0));
+            assert!(a.bell(0) + LINE <= a.node_barrier(0));
+            assert!(a.node_barrier(0) + LINE <= a.node_val(0));
+            assert!(a.node_val(0) + LINE <= a.nslot(0, 0));
+            assert!(a.nslot(0, 1) + LINE + NSLOT <= a.credit(0, 0));
             assert!(a.credit(0, n - 1) + LINE <= a.inbox_hdr(0, 0, 0));
             assert!(a.inbox_data(0, n - 1, SLOTS - 1) + a.chunk <= a.stage(0));
             assert!(a.stage(0) + a.chunk <= a.desc_stage(0));

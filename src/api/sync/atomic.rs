@@ -53,7 +53,11 @@ impl CtxInner {
         if let Some(p) = self.conduit.native(r, addr, len) {
             // SAFETY: the conduit maps this word for every rank and every rank operates
             // on it only through cpu_atomic (native()'s contract); aligned above.
-            return Ok(unsafe { cpu_atomic(p, w, op) });
+            let old = unsafe { cpu_atomic(p, w, op) };
+            if r != self.rank && !matches!(op, AtomicOp::Fetch) {
+                self.ring(r);
+            }
+            return Ok(old);
         }
         let v = self.atomic_transport(r, addr, w, op);
         self.maybe_poll();
@@ -107,38 +111,80 @@ impl CtxInner {
         if let Some(p) = self.conduit.native(rank, addr, 8) {
             // SAFETY: as in `atomic`: mapped for every rank, aligned, and every rank
             // operates on library words only through `word`/`atomic`.
-            return Ok(unsafe { cpu_atomic(p, Width::W64, op) });
+            let old = unsafe { cpu_atomic(p, Width::W64, op) };
+            if rank != self.rank && !matches!(op, AtomicOp::Fetch) {
+                self.ring(rank);
+            }
+            return Ok(old);
         }
         self.conduit.atomic(rank, addr, Width::W64, op)
     }
 
-    /// Wait (progressing AMs) until `done()`; spins briefly first, then yields the
-    /// CPU between checks (ranks may outnumber cores).
+    /// Wait (progressing AMs) until `done()`, by the policy of `runtime::wait`,
+    /// asleep on this rank's bell in the last stage where every write the wait can
+    /// be waiting for rings it (`api::bells`).
     pub(crate) fn sync_wait(
         &self,
         what: crate::api::stall::Wait,
+        done: impl FnMut() -> Result<bool>,
+    ) -> Result<()> {
+        let own = self.own_bell();
+        self.sync_wait_on(what, || own, done)
+    }
+
+    /// As [`Self::sync_wait`], without the sleep stage: what it waits for is written
+    /// by ranks that do not ring this rank (a word lock's word lives at its home).
+    pub(crate) fn sync_wait_awake(
+        &self,
+        what: crate::api::stall::Wait,
+        done: impl FnMut() -> Result<bool>,
+    ) -> Result<()> {
+        self.sync_wait_on(what, || None, done)
+    }
+
+    /// As [`Self::sync_wait`], asleep on the bell `bell()` names at the time (None:
+    /// not asleep).
+    pub(crate) fn sync_wait_on(
+        &self,
+        what: crate::api::stall::Wait,
+        bell: impl Fn() -> Option<usize>,
         mut done: impl FnMut() -> Result<bool>,
     ) -> Result<()> {
-        for _ in 0..32 {
-            if done()? {
-                return Ok(());
-            }
-            std::hint::spin_loop();
-        }
+        use crate::runtime::wait::{Backoff, Bell, Stage};
+        let mut b = Backoff::new(self.bells.policy());
         let mut watch = crate::api::stall::Watch::new(self, what);
         loop {
             if done()? {
                 return Ok(());
             }
+            let stage = b.step();
+            if stage == Stage::Spin {
+                std::hint::spin_loop();
+                continue;
+            }
             watch.round()?;
             if self.state() == crate::api::ctx::State::Finalized {
                 bail!(State, "context was finalized while waiting");
             }
-            if self.progress_once()? == 0 {
-                super::progress_all();
-                self.conduit.idle();
-                // The rank we wait for may need this core (ranks > cores).
-                std::thread::yield_now();
+            if self.progress_once()? != 0 {
+                continue;
+            }
+            super::progress_all();
+            match (stage, bell()) {
+                (Stage::Sleep, Some(p)) => {
+                    // SAFETY: a bell line of a sync area of this node, mapped for the
+                    // context's life (`api::bells`, `sync::node`).
+                    let bell = unsafe { Bell::at(p as *mut u8) };
+                    let bound = self.bells.bound(super::live_contexts());
+                    if !bell.sleep(bound, || done().map(|d| !d))? {
+                        return Ok(()); // `done()` held when tested before the sleep
+                    }
+                    watch.check_now()?;
+                    b.reset();
+                }
+                _ => {
+                    self.conduit.idle();
+                }
             }
         }
     }

@@ -47,7 +47,26 @@ impl CtxInner {
         // default.
         match self.cfg.sync.barrier {
             Algo::Transport if !self.conduit.caps().reduction => Algo::Dissemination,
+            Algo::Node if !self.sync.node.ok => Algo::Dissemination,
             a => a,
+        }
+    }
+
+    /// The dissemination ring this rank runs in: every rank, or (node barrier) the
+    /// nodes' leaders. Returns (ranks, this rank's position); None: all ranks.
+    fn diss_ring(&self, algo: Algo) -> Option<(&[usize], usize)> {
+        if algo != Algo::Node {
+            return None;
+        }
+        let l = &self.sync.node.leaders;
+        Some((l, l.iter().position(|&r| r == self.rank).unwrap_or(0)))
+    }
+
+    /// Round `k`'s peer to write to, and the ring's size.
+    fn diss_to(&self, algo: Algo, k: u32) -> (usize, usize) {
+        match self.diss_ring(algo) {
+            Some((ring, pos)) => (ring[(pos + (1usize << k)) % ring.len()], ring.len()),
+            None => ((self.rank + (1usize << k)) % self.size, self.size),
         }
     }
 
@@ -90,24 +109,20 @@ impl CtxInner {
         b.id = id;
         b.flags = flags;
         b.acc = Val::of(id, flags);
-        let me = self.rank;
         let n = self.size;
         let step = match algo {
             _ if n == 1 => {
                 b.phase = Phase::Done { result: b.acc };
                 return Ok(());
             }
-            Algo::Dissemination => {
-                let a = self.area()?;
-                let to = (me + 1) % n;
-                self.flag_write(
-                    to,
-                    a.diss(self.area_base(to), 0, (b.epoch & 1) as usize),
-                    b.epoch,
-                    b.acc,
-                )?;
-                Step::Diss { round: 0 }
-            }
+            Algo::Dissemination => self.diss_start(&b)?,
+            Algo::Node => match self.node_notify(&mut b)? {
+                Step::NodeDone => {
+                    b.phase = Phase::Done { result: b.acc };
+                    return Ok(());
+                }
+                s => s,
+            },
             Algo::Tree => Step::Gather { got: 0 },
             Algo::Transport => {
                 let (v0, v1, v2) = match b.acc {
@@ -122,6 +137,15 @@ impl CtxInner {
         self.barrier_advance(&mut b)?;
         self.sync.barrier_active.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// Dissemination's round 0: write our flag at the next rank of the ring.
+    fn diss_start(&self, b: &Barrier) -> Result<Step> {
+        let a = self.area()?;
+        let (to, _) = self.diss_to(b.algo, 0);
+        let slot = a.diss(self.area_base(to), 0, (b.epoch & 1) as usize);
+        self.flag_write(to, slot, b.epoch, b.acc)?;
+        Ok(Step::Diss { round: 0 })
     }
 
     /// Move the barrier as far as the flags that arrived allow; never blocks.
@@ -140,7 +164,6 @@ impl CtxInner {
             match step {
                 Step::Diss { round } => {
                     let a = self.area()?;
-                    let rounds = ceil_log2(n);
                     let Some(v) =
                         self.flag_read(a.diss(self.area_base(me), round as usize, par), e)?
                     else {
@@ -148,13 +171,28 @@ impl CtxInner {
                     };
                     b.acc = b.acc.combine(v);
                     let next = round + 1;
-                    if next == rounds {
+                    let (to, ring) = self.diss_to(b.algo, next);
+                    if next == ceil_log2(ring) {
+                        if b.algo == Algo::Node {
+                            self.node_release(b.acc, e);
+                        }
                         break Some(b.acc);
                     }
-                    let to = (me + (1usize << next)) % n;
                     self.flag_write(to, a.diss(self.area_base(to), next as usize, par), e, b.acc)?;
                     step = Step::Diss { round: next };
                 }
+                Step::NodeGather => match self.node_gathered(b) {
+                    Some(v) => {
+                        b.acc = v;
+                        step = self.diss_start(b)?;
+                    }
+                    None => break None,
+                },
+                Step::NodeWait => match self.node_released(e) {
+                    Some(v) => break Some(v),
+                    None => break None,
+                },
+                Step::NodeDone => break Some(b.acc),
                 Step::Gather { mut got } => {
                     let a = self.area()?;
                     let base = self.area_base(me);
@@ -279,13 +317,17 @@ impl CtxInner {
             "the barrier flag of a rank that has not notified",
         )
         .in_barrier(epoch);
-        self.sync_wait(what, || match self.barrier_try(id, flags) {
-            Ok(done) => Ok(done),
-            Err(e) => {
-                r = Err(e);
-                Ok(true)
-            }
-        })?;
+        self.sync_wait_on(
+            what,
+            || self.barrier_bell(),
+            || match self.barrier_try(id, flags) {
+                Ok(done) => Ok(done),
+                Err(e) => {
+                    r = Err(e);
+                    Ok(true)
+                }
+            },
+        )?;
         r
     }
 

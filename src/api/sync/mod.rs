@@ -8,7 +8,9 @@
 //!   *different* operations from all ranks.
 //! - [`lock`]: seed 004 §5.3's distributed MCS queue lock.
 //! - [`barrier`]: seed 004 ch. 3, dissemination (pairwise exchange) and
-//!   gather-and-broadcast trees by one-sided flag writes, split-phase, named ids.
+//!   gather-and-broadcast trees by one-sided flag writes, split-phase, named ids;
+//!   [`node`]: the default, shared-memory words inside a node and dissemination
+//!   across nodes.
 //! - [`chan`]: eager single-writer chunk channels between any two ranks (flow control
 //!   by credits written back into the writer's memory); the collectives' transport.
 //! - [`coll`]: broadcast on seed 004 §2.3's postal-model optimal tree with pipelined
@@ -20,6 +22,7 @@ pub mod barrier;
 pub mod chan;
 pub mod coll;
 pub mod lock;
+pub mod node;
 pub mod settings;
 pub mod signal;
 pub mod state;
@@ -62,6 +65,12 @@ pub fn mark_all_exited() {
             c.set_life(area::Life::Exited);
         }
     }
+}
+
+/// How many contexts of this process are live (a wait asleep on one context's bell
+/// is not woken by another's traffic, so it sleeps shorter when there are several).
+pub fn live_contexts() -> usize {
+    LIVE.lock().iter().filter(|w| w.strong_count() > 0).count()
 }
 
 /// Advance the pending split-phase barrier of every live context.

@@ -11,6 +11,8 @@ use crate::runtime::config::{Group, Scope, Setting};
 /// `FH_BARRIER`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Algo {
+    /// Shared memory inside a node, dissemination across nodes (`node`).
+    Node,
     Dissemination,
     Tree,
     /// The transport's own barrier: a nonblocking max-reduction
@@ -22,6 +24,7 @@ pub enum Algo {
 impl Algo {
     pub fn name(self) -> &'static str {
         match self {
+            Algo::Node => "node",
             Algo::Dissemination => "dissemination",
             Algo::Tree => "tree",
             Algo::Transport => "mpi",
@@ -37,6 +40,8 @@ pub struct SyncSettings {
     /// Postal-model latency λ for the broadcast tree (`FH_BCAST_LAMBDA`; None:
     /// measured at the first broadcast).
     pub bcast_lambda: Option<u32>,
+    /// Blocking calls may end their wait asleep on a futex (`FH_WAIT_SLEEP`).
+    pub wait_sleep: bool,
 }
 
 impl Group for SyncSettings {
@@ -44,8 +49,9 @@ impl Group for SyncSettings {
 
     fn blank() -> SyncSettings {
         SyncSettings {
-            barrier: Algo::Dissemination,
+            barrier: Algo::Node,
             bcast_lambda: None,
+            wait_sleep: false,
         }
     }
 }
@@ -54,16 +60,17 @@ static ROWS: &[Setting<SyncSettings>] = &[
     Setting::<SyncSettings> {
         name: "FH_BARRIER",
         scope: Scope::Job,
-        default: "dissemination",
-        help: "barrier algorithm: dissemination (pairwise exchange, any N), tree (gather-and-broadcast, fan-in 4) or mpi (MPI_Iallreduce)",
+        default: "node",
+        help: "barrier algorithm: node (shared-memory counter and release inside a node, dissemination across nodes), dissemination (pairwise exchange, any N), tree (gather-and-broadcast, fan-in 4) or mpi (MPI_Iallreduce)",
         set: |c, v| {
             c.barrier = match v.trim().to_ascii_lowercase().as_str() {
+                "node" => Algo::Node,
                 "dissemination" | "pairwise" => Algo::Dissemination,
                 "tree" => Algo::Tree,
                 "mpi" => Algo::Transport,
                 other => bail!(
                     InvalidArg,
-                    "FH_BARRIER={}: expected dissemination, tree or mpi",
+                    "FH_BARRIER={}: expected node, dissemination, tree or mpi",
                     other
                 ),
             };
@@ -87,5 +94,16 @@ static ROWS: &[Setting<SyncSettings>] = &[
             Ok(())
         },
         show: |c| c.bcast_lambda.map_or("auto".into(), |l| l.to_string()),
+    },
+    Setting::<SyncSettings> {
+        name: "FH_WAIT_SLEEP",
+        scope: Scope::Job,
+        default: "0",
+        help: "1: a blocking wait that outlasts its spin and yield stages sleeps on a futex in the node-shared mapping until a node peer's write wakes it (bounded to 5 ms); 0: it keeps yielding and polling (a sleeping rank does not progress MPI one-sided traffic others direct at it)",
+        set: |c, v| {
+            c.wait_sleep = crate::runtime::config::parse_bool(v)?;
+            Ok(())
+        },
+        show: |c| (c.wait_sleep as u8).to_string(),
     },
 ];

@@ -130,6 +130,13 @@ pub(crate) enum Step {
     Release,
     /// The transport's reduction in flight (`Conduit::max3_test`).
     Transport,
+    /// Node barrier: notified; waiting for the node's release (`node`).
+    NodeWait,
+    /// Node barrier, leader of a node of a several-node job: waiting for the
+    /// node's ranks, before the leaders' dissemination.
+    NodeGather,
+    /// Node barrier: this rank released it (transient; `notify` turns it into Done).
+    NodeDone,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -196,6 +203,8 @@ pub struct SyncState {
     pub barrier_active: AtomicBool,
     pub coll: Mutex<CollState>,
     pub locks: Mutex<LockIds>,
+    /// This rank's node (`node`): its ranks, leaders, and where their words are.
+    pub node: super::node::Node,
 }
 
 impl SyncState {
@@ -210,6 +219,7 @@ impl SyncState {
             barrier_active: AtomicBool::new(false),
             coll: Mutex::new(CollState::new(heaps.len())),
             locks: Mutex::new(LockIds::default()),
+            node: Default::default(),
         };
         (st, if fits { a.bytes } else { 0 })
     }

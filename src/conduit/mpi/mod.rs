@@ -128,6 +128,8 @@ pub struct MpiConduit {
     /// Last value seen per hashed (rank, address): the first guess of the
     /// compare-and-swap loop (a wrong guess costs one more round trip, nothing else).
     guess: Vec<AtomicU64>,
+    /// Offset of every rank's bell in its heap (`Conduit::set_bell_offset`).
+    bell_off: std::sync::OnceLock<usize>,
     heap_locked: bool,
     heap_win: H<ffi::MPI_Win>,
     dyn_win: H<ffi::MPI_Win>,
@@ -316,6 +318,21 @@ impl Conduit for MpiConduit {
             return Some(raddr as *mut u8);
         }
         self.peer_heaps[rank].map(|view| (view + (raddr - base)) as *mut u8)
+    }
+
+    fn node_view(&self, rank: usize, raddr: usize, len: usize) -> Option<*mut u8> {
+        let &(base, hlen) = self.remote_heaps.get(rank)?;
+        if raddr < base || !raddr.checked_add(len).is_some_and(|e| e <= base + hlen) {
+            return None;
+        }
+        if rank == self.rank {
+            return Some(raddr as *mut u8);
+        }
+        self.peer_heaps[rank].map(|view| (view + (raddr - base)) as *mut u8)
+    }
+
+    fn set_bell_offset(&self, off: usize) {
+        let _ = self.bell_off.set(off);
     }
 
     fn atomic(&self, rank: usize, raddr: usize, w: Width, op: AtomicOp) -> Result<u64> {

@@ -168,6 +168,7 @@ impl MpiConduit {
             fence(Ordering::Release);
             return r;
         }
+        self.ring_peer(rank);
         let _s = self.serial();
         let dt = u8t();
         let mut off = 0usize;
@@ -244,6 +245,7 @@ impl MpiConduit {
         if rank == self.rank || pieces.is_empty() || pieces.len() > i32::MAX as usize {
             return None;
         }
+        self.ring_peer(rank);
         let (win, _, bit) = self.resolve(rank, pieces[0].0, pieces[0].2);
         let served_elsewhere = match bit {
             WIN_HEAP => self.peer_heaps[rank].is_some(),
@@ -477,6 +479,19 @@ impl MpiConduit {
     /// operation for everything, fetch&add racing swap racing compare&swap stays
     /// atomic. Fetch is CAS(g, g) (one round trip whatever g is); the others loop:
     /// read-guess, compute, CAS, retry with the value CAS returned.
+    /// Wake node peer `rank` if it sleeps in a wait: an operation through the
+    /// transport is about to need its progress.
+    #[inline]
+    pub(super) fn ring_peer(&self, rank: usize) {
+        if let (Some(off), Some(Some(view))) = (self.bell_off.get(), self.peer_heaps.get(rank)) {
+            if rank != self.rank {
+                // SAFETY: the bell line of a node peer's sync area, in the node-shared
+                // mapping for the conduit's life, only ever used as a Bell.
+                unsafe { crate::runtime::wait::Bell::at((view + off) as *mut u8) }.ring();
+            }
+        }
+    }
+
     pub(super) fn atomic_op(
         &self,
         rank: usize,
@@ -491,6 +506,7 @@ impl MpiConduit {
             // all_native every rank reaches heap words only through cpu_atomic.
             return Ok(unsafe { crate::conduit::cpu_atomic(p, w, op) });
         }
+        self.ring_peer(rank);
         if w == Width::W32 {
             // Every 32-bit operation is a 64-bit compare-and-swap loop on the aligned
             // word around it: Open MPI's shared-memory transport emulates 32-bit CAS as

@@ -1,0 +1,241 @@
+//! Waiting when ranks may outnumber cores: the one policy every blocking call of the
+//! library follows (barriers, collectives, locks, signals, rpipe and AM waits).
+//!
+//! A wait tests its condition in three stages ([`Backoff`]):
+//! 1. **spin** — `spin` tests with a pause instruction between them. With a core
+//!    per rank the event is usually a few hundred nanoseconds away, and a system
+//!    call would cost more than it saves.
+//! 2. **yield** — up to `yields` tests, each after `sched_yield`. When ranks
+//!    outnumber cores the rank we wait for is often runnable on our core; yielding
+//!    hands it the core at once.
+//! 3. **sleep** — on a [`Bell`]: a futex word in the node-shared mapping that the
+//!    waker rings after making the condition true, so a sleeper takes no CPU time
+//!    from the ranks it waits for, and one system call wakes it (or every rank of a
+//!    node, for a release). A sleep lasts at most the caller's bound: what no bell
+//!    announces (a peer that exited, a message from another node) is still seen.
+//!
+//! Two sets of thresholds ([`Policy`]), measured on a 2-core machine at 1x and 4x
+//! oversubscription (docs/PERFORMANCE.md, "Waiting"): [`DEDICATED`] when the node's
+//! ranks have a core each (spin, then yield for about 100 µs: a busy job never
+//! sleeps), [`CROWDED`] when they do not (8 tests, 2 yields, then sleep: the ranks
+//! waited for get the cores).
+//!
+//! Guarantee (no lost wake-up): a waker that makes the condition true and then calls
+//! [`Bell::ring`] wakes every sleeper whose last test of the condition was false.
+//! The waiter announces itself (`sleepers += 1`), reads the bell's sequence, tests
+//! the condition and sleeps only while the sequence is unchanged; the waker's
+//! condition store, a full fence, then its read of `sleepers`: either it sees the
+//! sleeper (and bumps the sequence and wakes it) or the sleeper's test sees the
+//! condition (sequentially consistent order of the two announcements).
+
+use std::sync::atomic::{fence, AtomicU32, Ordering::SeqCst};
+use std::time::Duration;
+
+/// The thresholds of one policy: tests in the spin stage, then in the yield stage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub spin: u32,
+    pub yields: u32,
+}
+
+/// Every rank of the node has a core: spin, then yield (cheap with nobody else
+/// runnable) for about 100 µs before sleeping, so a busy job never pays a wake-up.
+pub const DEDICATED: Policy = Policy {
+    spin: 64,
+    yields: 256,
+};
+
+/// More ranks than cores: the rank waited for needs our core, so hand it over
+/// after a few tests and sleep soon (measured: spinning 1000 tests made a 4-rank
+/// barrier 8x slower than 8; a second yield stage longer than 4 tests cost 10-30%).
+pub const CROWDED: Policy = Policy { spin: 8, yields: 2 };
+
+impl Policy {
+    /// The policy for `ranks` processes of a job on a machine with `cpus` online.
+    pub fn for_node(ranks: usize, cpus: usize) -> Policy {
+        if ranks <= cpus.max(1) {
+            DEDICATED
+        } else {
+            CROWDED
+        }
+    }
+}
+
+/// Processors online on this machine (not the affinity mask: MPI may bind each
+/// rank to one core while others are free).
+pub fn cpus_online() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
+/// A futex word two processes of one node share (in a `MAP_SHARED` mapping), and
+/// the count of its sleepers. Zeroed memory is a valid bell.
+#[repr(C)]
+pub struct Bell {
+    seq: AtomicU32,
+    sleepers: AtomicU32,
+}
+
+/// Bytes a bell occupies (it is given a line of its own by its users).
+pub const BELL_BYTES: usize = std::mem::size_of::<Bell>();
+
+impl Bell {
+    /// The bell at `p`.
+    ///
+    /// # Safety
+    /// `p` is 8-byte aligned, valid for [`BELL_BYTES`] bytes for `'a`, and only ever
+    /// accessed as a `Bell` (by every process that maps it).
+    pub unsafe fn at<'a>(p: *mut u8) -> &'a Bell {
+        debug_assert!(p as usize % 8 == 0);
+        // SAFETY: the caller's contract; Bell is two AtomicU32 (valid for any bits).
+        unsafe { &*(p as *const Bell) }
+    }
+
+    /// Wake every sleeper. Cheap when nobody sleeps: a fence and one load.
+    #[inline]
+    pub fn ring(&self) {
+        fence(SeqCst);
+        if self.sleepers.load(SeqCst) != 0 {
+            self.seq.fetch_add(1, SeqCst);
+            futex_wake(&self.seq);
+        }
+    }
+
+    /// Sleep until rung or `max` elapsed, unless `still()` (the wait's condition is
+    /// still false) says otherwise after the announcement. Returns what `still` said
+    /// (false: did not sleep, the condition may hold now).
+    pub fn sleep<E>(
+        &self,
+        max: Duration,
+        still: impl FnOnce() -> Result<bool, E>,
+    ) -> Result<bool, E> {
+        self.sleepers.fetch_add(1, SeqCst);
+        let s = self.seq.load(SeqCst);
+        let r = still();
+        if let Ok(true) = r {
+            futex_wait(&self.seq, s, max);
+        }
+        self.sleepers.fetch_sub(1, SeqCst);
+        r
+    }
+}
+
+fn futex_wait(w: &AtomicU32, expected: u32, max: Duration) {
+    let ts = libc::timespec {
+        tv_sec: max.as_secs() as libc::time_t,
+        tv_nsec: max.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT (shared: the word may be in a mapping other processes share)
+    // on a live, aligned u32; the kernel only reads it and the timespec.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            w.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            0u32,
+        );
+    }
+}
+
+fn futex_wake(w: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a live, aligned u32; wakes every waiter of the word.
+    unsafe {
+        libc::syscall(libc::SYS_futex, w.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+/// What a wait does before its next test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    Spin,
+    Yield,
+    Sleep,
+}
+
+/// Where one wait is in the policy (see the module documentation).
+pub struct Backoff {
+    tests: u32,
+    p: Policy,
+}
+
+impl Backoff {
+    pub fn new(p: Policy) -> Backoff {
+        Backoff { tests: 0, p }
+    }
+
+    /// The stage for the next test (and count it).
+    #[inline]
+    pub fn step(&mut self) -> Stage {
+        self.tests = self.tests.saturating_add(1);
+        let Policy { spin, yields } = self.p;
+        if self.tests <= spin {
+            Stage::Spin
+        } else if self.tests <= spin + yields {
+            Stage::Yield
+        } else {
+            Stage::Sleep
+        }
+    }
+
+    /// Start over (the wait saw progress: what it waits for is moving).
+    pub fn reset(&mut self) {
+        self.tests = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    #[test]
+    fn stages_in_order() {
+        let p = CROWDED;
+        let mut b = Backoff::new(p);
+        let s: Vec<Stage> = (0..p.spin + p.yields + 2).map(|_| b.step()).collect();
+        assert!(s[..p.spin as usize].iter().all(|&x| x == Stage::Spin));
+        assert!(s[p.spin as usize..(p.spin + p.yields) as usize]
+            .iter()
+            .all(|&x| x == Stage::Yield));
+        assert_eq!(s[(p.spin + p.yields) as usize], Stage::Sleep);
+        assert_eq!(Policy::for_node(2, 2), DEDICATED);
+        assert_eq!(Policy::for_node(8, 2), CROWDED);
+        b.reset();
+        assert_eq!(b.step(), Stage::Spin);
+    }
+
+    /// A sleeper is woken by a ring long before its bound, and a ring with no
+    /// sleeper costs no wake-up later (no lost or stale wake-ups).
+    #[test]
+    fn ring_wakes_sleeper() {
+        let mem = Arc::new([0u64; 1]);
+        let p = mem.as_ptr() as *mut u8 as usize;
+        let flag = Arc::new(AtomicBool::new(false));
+        let f2 = flag.clone();
+        let t = std::thread::spawn(move || {
+            // SAFETY: `mem` outlives the thread (joined below), aligned, only a Bell.
+            let b = unsafe { Bell::at(p as *mut u8) };
+            let t0 = std::time::Instant::now();
+            while !f2.load(SeqCst) {
+                let _ = b.sleep(Duration::from_secs(10), || Ok::<_, ()>(!f2.load(SeqCst)));
+            }
+            t0.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        flag.store(true, SeqCst);
+        // SAFETY: as above.
+        unsafe { Bell::at(p as *mut u8) }.ring();
+        let waited = t.join().unwrap();
+        assert!(
+            waited < Duration::from_secs(5),
+            "sleeper not woken: {:?}",
+            waited
+        );
+        drop(mem);
+    }
+}
