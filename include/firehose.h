@@ -78,6 +78,11 @@
 #define MAX_REGS 64
 
 /**
+ * Payload bytes of a node collective slot ([`Area::nslot`]).
+ */
+#define NSLOT 4096
+
+/**
  * Tag flag: the last chunk of the sender's stream to this reader in this call.
  */
 #define LAST (1 << 31)
@@ -284,6 +289,11 @@
  * 48-bit virtual addresses; larger layouts only map above it on request).
  */
 #define USER_TOP (1 << 47)
+
+/**
+ * Allocation policy.
+ */
+typedef struct Policy Policy;
 
 /**
  * Opaque token passed to an AM handler: names the message's source and is the
@@ -648,6 +658,10 @@ typedef struct fh_memvec_t {
 #define FH_LAND 7
 
 #define FH_LOR 8
+
+
+
+
 
 
 
@@ -2350,7 +2364,11 @@ int fh_broadcast(struct fh_ctx_t *ctx, int root, void *buf, size_t nbytes);
  * Collective: combine `count` elements of `src` from every rank with `op` into `dst`
  * at `root` (`dst` is not touched elsewhere and may be NULL there). Floating-point
  * results are combined in rank order ((r0 op r1) op (r2 op r3) ...), so they depend
- * only on the number of ranks, never on the root or on timing.
+ * only on the number of ranks, never on the root or on timing. On a job whose ranks
+ * all share one node (FH_SHM=1), reductions of at most 4 KiB go through the
+ * node-shared mapping (every rank writes its operand once, the ranks that need the
+ * result combine in the same order), and every rank, not only those the data
+ * reaches, returns FH_ERR_INVALID_ARG for mismatched arguments.
  * Mismatched arguments (count, dt, op, root) and invalid ones on some ranks: the
  * data of every rank travels to rank 0 and on to the root, and a rank that finds a
  * mismatch sends an error on instead, so the root and every rank on the way return

@@ -294,7 +294,11 @@ pub extern "C" fn fh_broadcast(
 /// Collective: combine `count` elements of `src` from every rank with `op` into `dst`
 /// at `root` (`dst` is not touched elsewhere and may be NULL there). Floating-point
 /// results are combined in rank order ((r0 op r1) op (r2 op r3) ...), so they depend
-/// only on the number of ranks, never on the root or on timing.
+/// only on the number of ranks, never on the root or on timing. On a job whose ranks
+/// all share one node (FH_SHM=1), reductions of at most 4 KiB go through the
+/// node-shared mapping (every rank writes its operand once, the ranks that need the
+/// result combine in the same order), and every rank, not only those the data
+/// reaches, returns FH_ERR_INVALID_ARG for mismatched arguments.
 /// Mismatched arguments (count, dt, op, root) and invalid ones on some ranks: the
 /// data of every rank travels to rank 0 and on to the root, and a rank that finds a
 /// mismatch sends an error on instead, so the root and every rank on the way return

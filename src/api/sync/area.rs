@@ -144,7 +144,8 @@ impl Area {
         base + self.node
     }
     /// Each rank's own barrier value for the node (id, tag), then the last node
-    /// collective it finished (+16).
+    /// collective it finished (+16), then its tree mark (+24: seq, description,
+    /// size; `coll::node`).
     pub fn node_val(&self, base: usize) -> usize {
         base + self.node + LINE
     }

@@ -17,6 +17,8 @@
 //! thread at a time (a second concurrent caller gets FH_ERR_STATE).
 
 use super::chan::{Chans, Chunk, Desc, ERR, LAST};
+mod node;
+
 pub use super::state::{postal_tree, CollState, Tree};
 use crate::api::ctx::CtxInner;
 use crate::conduit::AtomicOp;
@@ -407,6 +409,7 @@ impl CtxInner {
             self.ensure_tree(&mut st)?;
         }
         st.seq += 1;
+        self.node_entered(st.seq);
         Ok(st)
     }
 
@@ -419,7 +422,7 @@ impl CtxInner {
         nbytes: usize,
         (dt, op): (i32, i32),
     ) -> Call {
-        Call {
+        let call = Call {
             name,
             d: Desc {
                 seq: st.seq,
@@ -433,7 +436,10 @@ impl CtxInner {
             ended: std::mem::take(&mut st.spare[0]),
             closed: std::mem::take(&mut st.spare[1]),
             expect: std::mem::take(&mut st.spare[2]),
-        }
+        };
+        // A call on the tree path says so to ranks on the node path (`node`).
+        self.node_enter(&call);
+        call
     }
 
     /// Send one chunk of our stream to `dst` (the last one if `last`). Once the call
@@ -1050,7 +1056,11 @@ impl CtxInner {
         if self.size == 1 {
             return self.red_alone(&mut st, call, src, dst, nbytes);
         }
-        self.reduce_flow(&mut st, &mut call, root, src, dst, nbytes, comb)?;
+        if !(self.node_fast(K_REDUCE, call.d.nbytes)
+            && self.node_coll(&mut st, &mut call, (src, dst), nbytes, Some(comb))?)
+        {
+            self.reduce_flow(&mut st, &mut call, root, src, dst, nbytes, comb)?;
+        }
         self.finish(&mut st, call)
     }
 
@@ -1088,8 +1098,12 @@ impl CtxInner {
         if self.size == 1 {
             return self.red_alone(&mut st, call, src, dst, nbytes);
         }
-        self.reduce_flow(&mut st, &mut call, 0, src, dst, nbytes, comb)?;
-        self.bcast_main(&mut st, &mut call, 0, dst as *mut u8, nbytes)?;
+        if !(self.node_fast(K_ALLREDUCE, call.d.nbytes)
+            && self.node_coll(&mut st, &mut call, (src, dst), nbytes, Some(comb))?)
+        {
+            self.reduce_flow(&mut st, &mut call, 0, src, dst, nbytes, comb)?;
+            self.bcast_main(&mut st, &mut call, 0, dst as *mut u8, nbytes)?;
+        }
         self.finish(&mut st, call)
     }
 
