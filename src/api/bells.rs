@@ -13,7 +13,6 @@
 //! words by CPU atomics); a sleep is bounded ([`Bells::bound`]), so what no bell
 //! announces (a peer's exit, another context's traffic) is seen late, never missed.
 
-use super::ctx::CtxInner;
 use crate::runtime::wait::{Bell, Policy};
 use std::time::Duration;
 
@@ -63,21 +62,21 @@ impl Bells {
     }
 }
 
-impl CtxInner {
+impl Bells {
     /// Wake `rank` if it sleeps on its bell (after writing what it may wait for).
     #[inline]
     pub fn ring(&self, rank: usize) {
-        if let Some(Some(p)) = self.bells.at.get(rank) {
-            // SAFETY: a bell line of `rank`'s sync area, mapped here for the
-            // context's life, 64-byte aligned, only ever used as a Bell.
+        if let Some(Some(p)) = self.at.get(rank) {
+            // SAFETY: a bell line of `rank`'s sync area, mapped for the context's
+            // life, 64-byte aligned, only ever used as a Bell.
             unsafe { Bell::at(*p as *mut u8) }.ring();
         }
     }
 
-    /// This rank's own bell, when its waits may sleep on it.
-    pub fn own_bell(&self) -> Option<usize> {
-        if self.bells.sleep_own {
-            self.bells.at.get(self.rank).copied().flatten()
+    /// `me`'s own bell, when its waits may sleep on it.
+    pub fn own(&self, me: usize) -> Option<usize> {
+        if self.sleep_own {
+            self.at.get(me).copied().flatten()
         } else {
             None
         }

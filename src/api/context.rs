@@ -417,7 +417,7 @@ fn build(
     if let (Some(a), true) = (sync.area, caps.sleep && cfg.sync.wait_sleep) {
         conduit.set_bell_offset(a.bell(0));
     }
-    sync.node = super::sync::node::Node::new(rank, &leaders, sync.area, &remote_heaps, &view);
+    sync.node = super::sync::state::Node::new(rank, &leaders, sync.area, &remote_heaps, &view);
     // The registration table follows the sync area, when every heap has room.
     let tab = super::regtab::Layout::new(size);
     let tab_fits = reserved > 0

@@ -166,7 +166,7 @@ impl CtxInner {
             len: l.data.len(),
         });
         let sent = self.conduit.am_send(dest, frame, src);
-        self.ring(dest);
+        self.bells.ring(dest);
         match sent {
             Ok(id) => {
                 Stats::add(&self.stats.am_requests_sent, 1);
@@ -222,7 +222,7 @@ impl CtxInner {
         // Owned copy: a handler must not wait for the payload to drain.
         let src = long.map(|l| LongSrc::Owned(l.data.to_vec()));
         let sent = self.conduit.am_send(tok.src, frame, src);
-        self.ring(tok.src);
+        self.bells.ring(tok.src);
         match sent {
             Ok(_) => {
                 tok.replied.set(true);
@@ -258,7 +258,7 @@ impl CtxInner {
         let head = Head::new(Category::Short, Role::Control(c), 0, 0);
         let (frame, credits) = self.frame_for(dest, head, args, &[]);
         let sent = self.conduit.am_send(dest, frame, None);
-        self.ring(dest);
+        self.bells.ring(dest);
         if let Err(e) = sent {
             self.am.peers[dest].give_back(credits);
             self.record_async_error(err!(

@@ -55,7 +55,7 @@ impl CtxInner {
             // on it only through cpu_atomic (native()'s contract); aligned above.
             let old = unsafe { cpu_atomic(p, w, op) };
             if r != self.rank && !matches!(op, AtomicOp::Fetch) {
-                self.ring(r);
+                self.bells.ring(r);
             }
             return Ok(old);
         }
@@ -113,7 +113,7 @@ impl CtxInner {
             // operates on library words only through `word`/`atomic`.
             let old = unsafe { cpu_atomic(p, Width::W64, op) };
             if rank != self.rank && !matches!(op, AtomicOp::Fetch) {
-                self.ring(rank);
+                self.bells.ring(rank);
             }
             return Ok(old);
         }
@@ -128,7 +128,7 @@ impl CtxInner {
         what: crate::api::stall::Wait,
         done: impl FnMut() -> Result<bool>,
     ) -> Result<()> {
-        let own = self.own_bell();
+        let own = self.bells.own(self.rank);
         self.sync_wait_on(what, || own, done)
     }
 

@@ -204,7 +204,7 @@ pub struct SyncState {
     pub coll: Mutex<CollState>,
     pub locks: Mutex<LockIds>,
     /// This rank's node (`node`): its ranks, leaders, and where their words are.
-    pub node: super::node::Node,
+    pub node: Node,
 }
 
 impl SyncState {
@@ -222,5 +222,80 @@ impl SyncState {
             node: Default::default(),
         };
         (st, if fits { a.bytes } else { 0 })
+    }
+}
+
+/// This rank's node as the node-aware algorithms see it.
+#[derive(Default)]
+pub struct Node {
+    /// The node's ranks, ascending (this rank among them); `members[0]` leads.
+    pub members: Vec<usize>,
+    /// This rank's index in `members`.
+    pub idx: usize,
+    /// Every node's leader, ascending.
+    pub leaders: Vec<usize>,
+    /// Each member's `node_val` line, mapped here.
+    pub val_at: Vec<usize>,
+    /// Each member's two node collective slots, mapped here.
+    pub slot_at: Vec<[usize; 2]>,
+    /// The leader's barrier line, mapped here.
+    pub bar: usize,
+    /// Every address above is mapped (else the node algorithms are not used).
+    pub ok: bool,
+}
+
+impl Node {
+    /// The node of `me`, from every rank's leader. `view(rank, addr)` maps an address
+    /// of a node peer's heap here.
+    pub fn new(
+        me: usize,
+        leader_of: &[usize],
+        area: Option<area::Area>,
+        heaps: &[(usize, usize)],
+        view: &dyn Fn(usize, usize) -> Option<usize>,
+    ) -> Node {
+        let Some(a) = area else {
+            return Node::default();
+        };
+        let mine = leader_of.get(me).copied().unwrap_or(me);
+        let members: Vec<usize> = (0..leader_of.len())
+            .filter(|&r| leader_of[r] == mine)
+            .collect();
+        let mut leaders = leader_of.to_vec();
+        leaders.sort_unstable();
+        leaders.dedup();
+        let idx = members.iter().position(|&r| r == me).unwrap_or(0);
+        let base = |r: usize| heaps[r].0;
+        let val_at: Option<Vec<usize>> = members
+            .iter()
+            .map(|&r| view(r, a.node_val(base(r))))
+            .collect();
+        let slot_at: Option<Vec<[usize; 2]>> = members
+            .iter()
+            .map(|&r| Some([view(r, a.nslot(base(r), 0))?, view(r, a.nslot(base(r), 1))?]))
+            .collect();
+        let bar = view(mine, a.node_barrier(base(mine)));
+        match (val_at, slot_at, bar) {
+            (Some(val_at), Some(slot_at), Some(bar)) if members[0] == mine => Node {
+                members,
+                idx,
+                leaders,
+                val_at,
+                slot_at,
+                bar,
+                ok: true,
+            },
+            _ => Node::default(),
+        }
+    }
+
+    /// This rank leads its node.
+    pub fn leads(&self) -> bool {
+        self.idx == 0
+    }
+
+    /// The job is this one node.
+    pub fn alone(&self) -> bool {
+        self.leaders.len() == 1
     }
 }
