@@ -66,6 +66,15 @@ extra test_heap_grow 4 - FH_HEAP_SIZE=4M FH_SHM=0
 extra test_heap_grow 2 - FH_HEAP_SIZE=4M
 # Notify counters and word locks through MPI RMA (the off-node path).
 extra test_signal 4 - FH_SHM=0
+# Barriers and small collectives under skew at every rank count from 2 to 8 (2, 4
+# and 8 come from the loop above), without node-shared heaps, and with the machine
+# cut into several "nodes" (the node barrier's leaders then meet through MPI).
+for n in 3 5 6 7; do extra test_node_sync "$n" -; done
+extra test_node_sync 8 - FH_SHM=0
+extra test_node_sync 8 - FH_SHM_MAX_RANKS=3
+extra test_node_sync 5 - FH_SHM_MAX_RANKS=2
+extra test_barrier 8 - FH_SHM_MAX_RANKS=3
+extra test_coll_mismatch 8 - FH_SHM_MAX_RANKS=3
 extra test_word_lock 4 - FH_SHM=0
 # fh_abort ends every rank (the others wait in a barrier) with the given status.
 expect_exit test_split 2 7 abort

@@ -55,6 +55,7 @@ run FH_FIREHOSE_PUTINMOVE_LIMIT 2K 0
 run FH_REGISTRATION firehose pin-everything
 run FH_STATS 0 1
 run FH_SHM 1 0
+run FH_SHM_MAX_RANKS 0 2
 run FH_BARRIER dissemination tree
 run FH_BARRIER node dissemination
 run FH_WAIT_SLEEP 0 1

@@ -418,6 +418,14 @@ fn build(
         conduit.set_bell_offset(a.bell(0));
     }
     sync.node = super::sync::state::Node::new(rank, &leaders, sync.area, &remote_heaps, &view);
+    if sync.node.ok {
+        info.push(format!(
+            "nodes: {} (this rank's node: {} ranks, led by rank {}); barriers and small reductions use node-shared words inside a node",
+            sync.node.leaders.len(),
+            sync.node.members.len(),
+            sync.node.members[0]
+        ));
+    }
     // The registration table follows the sync area, when every heap has room.
     let tab = super::regtab::Layout::new(size);
     let tab_fits = reserved > 0

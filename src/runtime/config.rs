@@ -70,6 +70,8 @@ pub struct Config {
     pub stats: bool,
     /// Map the library heaps of ranks on this node into each other (direct copies).
     pub shm: bool,
+    /// At most this many ranks share one node mapping (`FH_SHM_MAX_RANKS`; 0: all).
+    pub shm_max_ranks: usize,
     /// Serve the library while the application blocks in MPI (`FH_MPI_PROGRESS`).
     pub serve_blocking: bool,
     /// Seconds a blocking wait lasts before it says why on stderr (0: never).
@@ -294,6 +296,19 @@ pub static SETTINGS: &[Setting<Config>] = &[
             Ok(())
         },
         show: |c| (c.shm as u8).to_string(),
+    },
+    Setting {
+        name: "FH_SHM_MAX_RANKS",
+        scope: Scope::Job,
+        default: "0",
+        help: "at most this many ranks of a node share one node-shared mapping (consecutive node ranks; 0: the whole node), as GASNet's supernode limit: one machine then runs as several nodes, with the node barrier and collectives crossing between them through MPI",
+        set: |c, v| {
+            c.shm_max_ranks = v.trim().parse().map_err(|_| {
+                crate::err!(InvalidArg, "FH_SHM_MAX_RANKS={}: expected a rank count (0: no limit)", v)
+            })?;
+            Ok(())
+        },
+        show: |c| c.shm_max_ranks.to_string(),
     },
     Setting {
         name: "FH_MPI_PROGRESS",
@@ -584,6 +599,7 @@ impl Group for Config {
             verbose: false,
             stats: false,
             shm: true,
+            shm_max_ranks: 0,
             serve_blocking: true,
             stall_warn_s: 0,
             stall_abort_s: None,

@@ -33,10 +33,12 @@ pub(super) struct NodeMapping {
 }
 
 impl NodeMapping {
-    pub(super) fn new(comm: ffi::MPI_Comm, heap_size: usize) -> Result<NodeMapping> {
+    /// `max`: at most this many ranks per mapping (0: the whole node), as if the
+    /// node were several (`FH_SHM_MAX_RANKS`).
+    pub(super) fn new(comm: ffi::MPI_Comm, heap_size: usize, max: usize) -> Result<NodeMapping> {
         let page = os::page_size();
         let len = os::page_span(0, heap_size).1.max(page);
-        let (node, members) = node_members(comm)?;
+        let (node, members) = node_members_max(comm, max)?;
         // SAFETY: (whole block) plain MPI calls on a valid communicator with
         // out-parameters that live on this stack frame; every handle created is
         // either returned (and freed at finalize) or freed on the error path.
@@ -167,6 +169,13 @@ fn room_on_node(node: ffi::MPI_Comm, need: u64) -> Result<()> {
 /// The ranks of `comm` that share this node (`MPI_COMM_TYPE_SHARED`), and the node
 /// communicator (the caller frees it).
 pub(super) fn node_members(comm: ffi::MPI_Comm) -> Result<(ffi::MPI_Comm, Vec<usize>)> {
+    node_members_max(comm, 0)
+}
+
+/// As [`node_members`], the node cut into groups of at most `max` consecutive node
+/// ranks when `max > 0` (GASNet's supernode limit: tests and tuning treat one machine
+/// as several nodes).
+fn node_members_max(comm: ffi::MPI_Comm, max: usize) -> Result<(ffi::MPI_Comm, Vec<usize>)> {
     // SAFETY: plain MPI calls with out-parameters on this frame; groups are freed.
     unsafe {
         let mut node: ffi::MPI_Comm = std::mem::zeroed();
@@ -180,6 +189,15 @@ pub(super) fn node_members(comm: ffi::MPI_Comm) -> Result<(ffi::MPI_Comm, Vec<us
             ),
             || "MPI_Comm_split_type(SHARED)".into(),
         )?;
+        if max > 0 {
+            let mut r: c_int = 0;
+            ffi::MPI_Comm_rank(node, &mut r);
+            let mut part: ffi::MPI_Comm = std::mem::zeroed();
+            let rc = ffi::MPI_Comm_split(node, r / max as c_int, r, &mut part);
+            ffi::MPI_Comm_free(&mut node);
+            check(rc, || "MPI_Comm_split (FH_SHM_MAX_RANKS)".into())?;
+            node = part;
+        }
         let mut n: c_int = 0;
         ffi::MPI_Comm_size(node, &mut n);
         let (mut g_node, mut g_comm) = (std::mem::zeroed(), std::mem::zeroed());

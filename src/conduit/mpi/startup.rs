@@ -100,7 +100,7 @@ struct LibHeap {
 impl LibHeap {
     fn create(cfg: &Config, rma: ffi::MPI_Comm, rank: usize, windows: bool) -> Result<LibHeap> {
         let shm = if windows && cfg.shm {
-            match NodeMapping::new(rma, cfg.heap_size) {
+            match NodeMapping::new(rma, cfg.heap_size, cfg.shm_max_ranks) {
                 Ok(sh) => Some(sh),
                 Err(e) => {
                     // Slower, not broken: say so once per job (and in
