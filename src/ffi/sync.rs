@@ -379,7 +379,8 @@ pub extern "C" fn fh_reduce_fn(
     crate::ffi_boundary!(status {
         // SAFETY: validated handle.
         let c = unsafe { ctx_ref(ctx)? };
-        c.reduce_user(root as i64, src as usize, dst as usize, count, elem_size, fn_, user as usize)?;
+        let comb = coll::Comb::User { f: fn_, user: user as usize, esz: elem_size };
+        c.reduce_with(root as i64, src as usize, dst as usize, count, comb)?;
         OK
     })
 }
@@ -400,7 +401,8 @@ pub extern "C" fn fh_allreduce_fn(
     crate::ffi_boundary!(status {
         // SAFETY: validated handle.
         let c = unsafe { ctx_ref(ctx)? };
-        c.allreduce_user(src as usize, dst as usize, count, elem_size, fn_, user as usize)?;
+        let comb = coll::Comb::User { f: fn_, user: user as usize, esz: elem_size };
+        c.allreduce_with(src as usize, dst as usize, count, comb)?;
         OK
     })
 }

@@ -93,6 +93,14 @@ impl Comb {
         }
     }
 
+    /// The public call's name: `builtin` or `user` by the kind of combination.
+    fn call_name(&self, builtin: &'static str, user: &'static str) -> &'static str {
+        match self {
+            Comb::Builtin { .. } => builtin,
+            Comb::User { .. } => user,
+        }
+    }
+
     /// What the call's chunks carry (datatype, operation).
     fn codes(&self) -> (i32, i32) {
         match *self {
@@ -958,23 +966,7 @@ impl CtxInner {
         dt: i32,
         op: i32,
     ) -> Result<()> {
-        self.reduce_with("fh_reduce", root, src, dst, count, Comb::Builtin { dt, op })
-    }
-
-    /// `fh_reduce_fn`: as `reduce`, elements of `esz` bytes combined by `f`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn reduce_user(
-        &self,
-        root: i64,
-        src: usize,
-        dst: usize,
-        count: usize,
-        esz: usize,
-        f: Option<UserFn>,
-        user: usize,
-    ) -> Result<()> {
-        let comb = Comb::User { f, user, esz };
-        self.reduce_with("fh_reduce_fn", root, src, dst, count, comb)
+        self.reduce_with(root, src, dst, count, Comb::Builtin { dt, op })
     }
 
     /// The payload of a reduction, or why this rank's arguments are refused.
@@ -1039,15 +1031,16 @@ impl CtxInner {
         self.finish(st, call)
     }
 
-    fn reduce_with(
+    /// `fh_reduce` (built-in `comb`) and `fh_reduce_fn` (a user's).
+    pub fn reduce_with(
         &self,
-        name: &'static str,
         root: i64,
         src: usize,
         dst: usize,
         count: usize,
         comb: Comb,
     ) -> Result<()> {
+        let name = comb.call_name("fh_reduce", "fh_reduce_fn");
         let mut st = self.coll_enter(name)?;
         let root = self.check_rank(root)?;
         let at_root = (self.rank == root).then_some(dst);
@@ -1067,31 +1060,12 @@ impl CtxInner {
     /// `fh_allreduce`: reduce to 0, then broadcast from 0 (a failure anywhere reaches
     /// rank 0 in the first phase and every rank in the second).
     pub fn allreduce(&self, src: usize, dst: usize, count: usize, dt: i32, op: i32) -> Result<()> {
-        self.allreduce_with("fh_allreduce", src, dst, count, Comb::Builtin { dt, op })
+        self.allreduce_with(src, dst, count, Comb::Builtin { dt, op })
     }
 
-    /// `fh_allreduce_fn`: as `allreduce`, elements of `esz` bytes combined by `f`.
-    pub fn allreduce_user(
-        &self,
-        src: usize,
-        dst: usize,
-        count: usize,
-        esz: usize,
-        f: Option<UserFn>,
-        user: usize,
-    ) -> Result<()> {
-        let comb = Comb::User { f, user, esz };
-        self.allreduce_with("fh_allreduce_fn", src, dst, count, comb)
-    }
-
-    fn allreduce_with(
-        &self,
-        name: &'static str,
-        src: usize,
-        dst: usize,
-        count: usize,
-        comb: Comb,
-    ) -> Result<()> {
+    /// `fh_allreduce` (built-in `comb`) and `fh_allreduce_fn` (a user's).
+    pub fn allreduce_with(&self, src: usize, dst: usize, count: usize, comb: Comb) -> Result<()> {
+        let name = comb.call_name("fh_allreduce", "fh_allreduce_fn");
         let mut st = self.coll_enter(name)?;
         let how = (K_ALLREDUCE, 0, count, comb);
         let (mut call, nbytes) = self.red_call(&mut st, name, how, src, Some(dst));
