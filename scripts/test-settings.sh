@@ -58,7 +58,7 @@ run FH_SHM 1 0
 run FH_SHM_MAX_RANKS 0 2
 run FH_BARRIER dissemination tree
 run FH_BARRIER node dissemination
-run FH_WAIT_SLEEP 0 1
+run FH_WAIT_SLEEP auto 0
 run FH_BCAST_LAMBDA auto 3
 run FH_MPI_PROGRESS 1 0
 run FH_STALL_WARN 10 30

@@ -9,6 +9,7 @@ use super::heap::Heap;
 use super::rma::RmaState;
 use super::settings::Settings;
 use super::stats::Stats;
+use super::sync::settings::Sleep;
 use super::wire;
 use crate::bail;
 use crate::conduit::sim::SimWorld;
@@ -407,14 +408,16 @@ fn build(
     let bells = super::bells::Bells::new(
         (0..size)
             .map(|r| {
-                let a = sync.area.filter(|_| caps.sleep && cfg.sync.wait_sleep)?;
+                let a = sync
+                    .area
+                    .filter(|_| caps.sleep && cfg.sync.wait_sleep != Sleep::Off)?;
                 view(r, a.bell(remote_heaps[r].0))
             })
             .collect(),
         all_native,
         here,
     );
-    if let (Some(a), true) = (sync.area, caps.sleep && cfg.sync.wait_sleep) {
+    if let (Some(a), true) = (sync.area, caps.sleep && cfg.sync.wait_sleep != Sleep::Off) {
         conduit.set_bell_offset(a.bell(0));
     }
     sync.node = super::sync::state::Node::new(rank, &leaders, sync.area, &remote_heaps, &view);

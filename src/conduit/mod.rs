@@ -254,6 +254,13 @@ pub trait Conduit: Send + Sync {
     /// asleep in a wait would not serve it). Set once, by the context.
     fn set_bell_offset(&self, _off: usize) {}
 
+    /// An operation of another rank through the transport may need this rank to
+    /// call in (so a wait here must not sleep): MPI one-sided operations on memory
+    /// that is not node-shared progress only inside the target's MPI calls.
+    fn needs_progress(&self) -> bool {
+        false
+    }
+
     /// Remote atomic through the transport; returns the old value. Atomic with every
     /// other `atomic` call on the word, whatever the operation (the conduit decides
     /// how, e.g. by expressing every operation as compare-and-swap).

@@ -132,6 +132,17 @@ impl CtxInner {
         self.sync_wait_on(what, || own, done)
     }
 
+    /// `FH_WAIT_SLEEP` allows a sleep now (auto: nothing through the transport can
+    /// need this rank's progress).
+    fn may_sleep(&self) -> bool {
+        use super::settings::Sleep;
+        match self.cfg.sync.wait_sleep {
+            Sleep::Off => false,
+            Sleep::On => true,
+            Sleep::Auto => !self.conduit.needs_progress(),
+        }
+    }
+
     /// As [`Self::sync_wait`], without the sleep stage: what it waits for is written
     /// by ranks that do not ring this rank (a word lock's word lives at its home).
     pub(crate) fn sync_wait_awake(
@@ -171,7 +182,7 @@ impl CtxInner {
             }
             super::progress_all();
             match (stage, bell()) {
-                (Stage::Sleep, Some(p)) => {
+                (Stage::Sleep, Some(p)) if self.may_sleep() => {
                     // SAFETY: a bell line of a sync area of this node, mapped for the
                     // context's life (`api::bells`, `sync::node`).
                     let bell = unsafe { Bell::at(p as *mut u8) };

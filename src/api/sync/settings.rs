@@ -40,8 +40,30 @@ pub struct SyncSettings {
     /// Postal-model latency λ for the broadcast tree (`FH_BCAST_LAMBDA`; None:
     /// measured at the first broadcast).
     pub bcast_lambda: Option<u32>,
-    /// Blocking calls may end their wait asleep on a futex (`FH_WAIT_SLEEP`).
-    pub wait_sleep: bool,
+    /// Whether blocking calls may end their wait asleep on a futex (`FH_WAIT_SLEEP`).
+    pub wait_sleep: Sleep,
+}
+
+/// `FH_WAIT_SLEEP`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sleep {
+    /// Never: spin and yield only.
+    Off,
+    /// While no operation through the transport can need this rank's progress
+    /// (`Conduit::needs_progress`).
+    Auto,
+    /// Always (a transport operation aimed at a sleeping rank may wait up to a sleep).
+    On,
+}
+
+impl Sleep {
+    pub fn name(self) -> &'static str {
+        match self {
+            Sleep::Off => "0",
+            Sleep::Auto => "auto",
+            Sleep::On => "1",
+        }
+    }
 }
 
 impl Group for SyncSettings {
@@ -51,7 +73,7 @@ impl Group for SyncSettings {
         SyncSettings {
             barrier: Algo::Node,
             bcast_lambda: None,
-            wait_sleep: false,
+            wait_sleep: Sleep::Auto,
         }
     }
 }
@@ -98,12 +120,19 @@ static ROWS: &[Setting<SyncSettings>] = &[
     Setting::<SyncSettings> {
         name: "FH_WAIT_SLEEP",
         scope: Scope::Job,
-        default: "0",
-        help: "1: a blocking wait that outlasts its spin and yield stages sleeps on a futex in the node-shared mapping until a node peer's write wakes it (bounded to 5 ms); 0: it keeps yielding and polling (a sleeping rank does not progress MPI one-sided traffic others direct at it)",
+        default: "auto",
+        help: "whether a blocking wait that outlasts its spin and yield stages sleeps on a futex in the node-shared mapping until a node peer's write wakes it (at most 5 ms): auto (only while no MPI one-sided operation can need this rank: one node, no registered or firehose-pinned memory), 1 (always), 0 (never: keep yielding and polling)",
         set: |c, v| {
-            c.wait_sleep = crate::runtime::config::parse_bool(v)?;
+            c.wait_sleep = match v.trim().to_ascii_lowercase().as_str() {
+                "auto" => Sleep::Auto,
+                x => match crate::runtime::config::parse_bool(x) {
+                    Ok(true) => Sleep::On,
+                    Ok(false) => Sleep::Off,
+                    Err(_) => bail!(InvalidArg, "FH_WAIT_SLEEP={}: expected auto, 1 or 0", v),
+                },
+            };
             Ok(())
         },
-        show: |c| (c.wait_sleep as u8).to_string(),
+        show: |c| c.wait_sleep.name().into(),
     },
 ];

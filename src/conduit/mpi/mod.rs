@@ -331,6 +331,10 @@ impl Conduit for MpiConduit {
         self.peer_heaps[rank].map(|view| (view + (raddr - base)) as *mut u8)
     }
 
+    fn needs_progress(&self) -> bool {
+        !self.all_native || self.attach.lock().attached() > 0
+    }
+
     fn set_bell_offset(&self, off: usize) {
         let _ = self.bell_off.set(off);
     }

@@ -78,6 +78,7 @@ impl CtxInner {
         w(m + 8).store(desc_word(&call.d), SeqCst);
         w(m + 16).store(call.d.nbytes, SeqCst);
         w(m).store(call.d.seq, SeqCst);
+        self.ring_node();
     }
 
     /// Entering call `seq`: every call before it is finished here, its slots read.
@@ -85,6 +86,7 @@ impl CtxInner {
         let nd = &self.sync.node;
         if nd.ok && nd.alone() {
             w(nd.val_at[nd.idx] + 16).store(seq - 1, SeqCst);
+            self.ring_node();
         }
     }
 
@@ -126,6 +128,7 @@ impl CtxInner {
         w(slot + 16).store(d.nbytes, SeqCst);
         w(slot + 24).store(mode, SeqCst);
         w(slot).store(s, SeqCst);
+        self.ring_node();
         Ok(())
     }
 
