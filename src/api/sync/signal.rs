@@ -85,7 +85,8 @@ impl CtxInner {
             None,
             "a put_signal or atomic update of the word from another rank",
         );
-        self.sync_wait(what, || {
+        // Awake: any rank's plain atomic may update the word, and atomics ring no bell.
+        self.sync_wait_awake(what, || {
             seen = self.atomic(me, sig, Width::W64, AtomicOp::Fetch)?;
             Ok(cmp.holds(seen, value))
         })?;
