@@ -54,7 +54,7 @@ EXAMPLES := $(patsubst mpi-examples/%.c,$(BUILD)/examples/%,$(wildcard mpi-examp
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
 .PHONY: all caf bench-caf deps lib header check-header man check-man fortran examples c-tests test test-rust loom tsan \
-        test-c test-c-mpich test-fortran test-caf test-pkgconfig test-cmake test-info test-dlopen test-mismatch test-settings stress stress-interop lint demo bench \
+        test-c test-c-mpich test-fortran test-caf test-pkgconfig test-cmake test-info test-dlopen test-mismatch test-settings stress stress-interop lint demo bench bench-peer \
         install uninstall clean
 
 all: lib fortran
@@ -269,9 +269,25 @@ $(BUILD)/examples/coarray_heat: mpi-examples/coarray_heat.f90 caf
 	@mkdir -p $(BUILD)/examples
 	$(MPIFC) -fcoarray=lib $(filter-out -std=f2008,$(FFLAGS)) -std=f2018 $< -o $@ $(CAF_LINK)
 
-bench: lib $(BENCHES) bench-caf
+bench: lib $(BENCHES) bench-caf bench-peer
 	@mkdir -p bench-results
 	@MPIEXEC="$(MPIEXEC) $(MPIEXEC_FLAGS)" scripts/run-bench.sh $(BUILD)/bench bench-results
+
+# firehose against Open MPI's OpenSHMEM on the same operations (issue 19 part 6), at
+# 2, 4 and 8 ranks, 3 interleaved runs; firehose alone when oshcc is missing.
+$(BUILD)/bench/peer_fh: bench/peer/peer_fh.c bench/peer/peer.h include/firehose.h | lib
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) -O3 -Iinclude -Ibench/peer $< -o $@ $(LINK)
+
+bench-peer: $(BUILD)/bench/peer_fh
+	@mkdir -p bench-results
+	@if command -v oshcc >/dev/null; then \
+	  oshcc -O3 -Wall -Wextra -Ibench/peer bench/peer/peer_shmem.c -o $(BUILD)/bench/peer_shmem && \
+	  python3 scripts/run-peer-bench.py bench-results $(BUILD)/bench/peer_fh $(BUILD)/bench/peer_shmem "$(MPIEXEC) $(MPIEXEC_FLAGS)" 3; \
+	else \
+	  echo "bench-peer: oshcc (Open MPI's OpenSHMEM) not found: firehose's times only"; \
+	  python3 scripts/run-peer-bench.py bench-results $(BUILD)/bench/peer_fh "" "$(MPIEXEC) $(MPIEXEC_FLAGS)" 3; \
+	fi
 
 # libcaf_firehose against OpenCoarrays on the same coarray program (2 and 4 images).
 bench-caf: caf
