@@ -78,6 +78,15 @@ extra test_coll_mismatch 8 - FH_SHM_MAX_RANKS=3
 # The wait policy's sleep stage at 4x oversubscription (lock FIFO order included).
 for t in test_lock test_barrier test_node_sync test_signal; do extra "$t" 8 - FH_WAIT_SLEEP=1; done
 extra test_word_lock 4 - FH_SHM=0
+# AMs: the flood with back-pressure through MPI only, with the node cut in two
+# (ring to half the peers, MPI to the others), and without the kernel copy (longs from
+# malloc'd memory then go through MPI); the AM suites through MPI only.
+extra test_am_flood 8 - FH_SHM=0
+extra test_am_flood 8 - FH_SHM_MAX_RANKS=4
+extra test_am_flood 4 - FH_CMA=0
+extra test_am 4 - FH_SHM=0
+extra test_am_long 4 - FH_SHM=0
+extra interop_am_storm 8 - FH_SHM=0
 # fh_abort ends every rank (the others wait in a barrier) with the given status.
 expect_exit test_split 2 7 abort
 expect_exit test_split 4 7 abort

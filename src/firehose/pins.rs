@@ -198,7 +198,9 @@ pub fn acquire_async<H: Mover>(
 fn start<H: Mover>(h: &H, mut pp: PendingPin) -> Result<Option<Box<PinObj>>> {
     let r = advance(h, &mut pp)?;
     if r.is_none() {
-        h.fh().pending_pins.lock().push(pp);
+        let mut g = h.fh().pending_pins.lock();
+        g.push(pp);
+        h.fh().has_pending_pins.store(true, Ordering::Release);
     }
     Ok(r)
 }
@@ -310,9 +312,13 @@ pub fn progress<H: Mover>(h: &H) {
         return;
     }
     let fh = h.fh();
+    if !fh.has_pending_pins.load(Ordering::Acquire) {
+        return;
+    }
     let mut list = {
         let mut g = fh.pending_pins.lock();
         if g.is_empty() {
+            fh.has_pending_pins.store(false, Ordering::Release);
             return;
         }
         std::mem::take(&mut *g)

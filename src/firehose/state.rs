@@ -247,6 +247,9 @@ pub struct FhState {
     /// reaches their sequence number.
     pub(crate) inflight: Mutex<Vec<VecDeque<(u64, OpPins)>>>,
     pub pending_pins: Mutex<Vec<PendingPin>>,
+    /// `!pending_pins.is_empty()`, readable without the lock (the progress hook's
+    /// fast path); written under the lock.
+    pub has_pending_pins: std::sync::atomic::AtomicBool,
     /// Moves whose handler met a local unit being pinned (seed 000 Table 3, fourth
     /// row: handlers cannot poll or roll back): run again after every local pin.
     pub(crate) parked: Mutex<Vec<ParkedMove>>,
@@ -279,6 +282,7 @@ impl FhState {
             get_dst: Mutex::new(HashMap::new()),
             inflight: Mutex::new((0..size).map(|_| VecDeque::new()).collect()),
             pending_pins: Mutex::new(Vec::new()),
+            has_pending_pins: std::sync::atomic::AtomicBool::new(false),
             parked: Mutex::new(Vec::new()),
             pin_refs: (0..=size).map(|_| AtomicU64::new(0)).collect(),
             pin_refs_blocked: (0..=size).map(|_| AtomicU64::new(0)).collect(),

@@ -174,6 +174,9 @@ pub struct RmaState {
     pub(crate) inner: Mutex<Inner>,
     /// `inner.region.is_some()`, readable without the lock (the `_nbi` fast path).
     pub(crate) region_open: std::sync::atomic::AtomicBool,
+    /// `!inner.deferred.is_empty()`, readable without the lock (the progress hook's
+    /// fast path); written under the lock.
+    pub(crate) has_deferred: std::sync::atomic::AtomicBool,
     /// Packed transfers' messages in flight (`super::pack`).
     pub(crate) packs: Mutex<Packs>,
 }
@@ -200,6 +203,7 @@ impl RmaState {
             }),
             packs: Mutex::new(Packs::default()),
             region_open: std::sync::atomic::AtomicBool::new(false),
+            has_deferred: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

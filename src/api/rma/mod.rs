@@ -18,6 +18,7 @@ pub mod vis;
 
 use handles::{DState, Deferred, DeferredRef, Dir, Op, Started};
 pub use handles::{Handle, RmaState, HANDLE_NULL, NBI_ALL, NBI_GETS, NBI_PUTS};
+use std::sync::atomic::Ordering;
 
 use super::ctx::CtxInner;
 use super::moves::OpPins;
@@ -539,6 +540,7 @@ impl CtxInner {
             Ok(None) => {
                 let mut g = self.rma.inner.lock();
                 g.deferred.push(d.clone());
+                self.rma.has_deferred.store(true, Ordering::Release);
                 g.nbi_waiting += implicit as usize;
                 Ok(Some(Started::Waiting(d)))
             }
@@ -580,9 +582,13 @@ impl CtxInner {
     /// answered (so their references do the work they were taken for at once).
     /// The progress hook: deferred non-blocking transfers whose moves were answered.
     pub(crate) fn rma_progress(&self) {
+        if !self.rma.has_deferred.load(Ordering::Acquire) {
+            return;
+        }
         let list = {
             let g = self.rma.inner.lock();
             if g.deferred.is_empty() {
+                self.rma.has_deferred.store(false, Ordering::Release);
                 return;
             }
             g.deferred.clone()

@@ -6,14 +6,16 @@
 //! running); every send's buffer lives until MPI completed it; the number of frames
 //! in flight is bounded by the credits of the layer above.
 
+use super::node_am::NodeSent;
 use super::{
     boot::check, u8t, MpiConduit, FLAG_LONG, LONG_TAG_BASE, LONG_TAG_SPAN, MAGIC, POOL_BUF,
     POOL_MAX, PREFIX, SCAN_EVERY, TAG_AM,
 };
 use crate::bail;
-use crate::conduit::{LongIn, LongSrc, SendId, Sink};
+use crate::conduit::{Conduit, LongIn, LongSrc, SendId, Sink};
 use crate::runtime::error::Result;
 use mpi::ffi;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::Ordering;
@@ -48,6 +50,19 @@ pub(super) struct SendState {
     next_id: SendId,
     /// Next long-payload sequence per destination.
     long_seq: Vec<u32>,
+}
+
+thread_local! {
+    /// Recycled small frame buffers of this thread (at most POOL_MAX of at most
+    /// POOL_BUF bytes): per thread, so taking and returning one costs no atomic
+    /// operation; a buffer sent on one thread and recycled on another just moves.
+    static POOL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An empty frame buffer, recycled when one is at hand.
+pub(super) fn pooled_buffer() -> Vec<u8> {
+    POOL.with(|p| p.try_borrow_mut().ok().and_then(|mut p| p.pop()))
+        .unwrap_or_else(|| Vec::with_capacity(256))
 }
 
 impl RecvState {
@@ -166,10 +181,13 @@ impl MpiConduit {
 
     pub(super) fn recycle(&self, buf: Vec<u8>) {
         if buf.capacity() <= POOL_BUF {
-            let mut p = self.pool.lock();
-            if p.len() < POOL_MAX {
-                p.push(buf);
-            }
+            POOL.with(|p| {
+                if let Ok(mut p) = p.try_borrow_mut() {
+                    if p.len() < POOL_MAX {
+                        p.push(buf);
+                    }
+                }
+            });
         }
     }
 
@@ -220,6 +238,9 @@ impl MpiConduit {
         // SAFETY: st is a status MPI filled in for a completed receive.
         unsafe { ffi::MPI_Get_count(st, u8t(), &mut count) };
         let count = (count.max(0) as usize).min(rv.bufs[i].len());
+        if let Some(n) = &self.node {
+            n.note_mpi_recv(src);
+        }
         let buf = &mut rv.bufs[i][..count];
         let ok =
             count >= PREFIX && u16::from_le_bytes([buf[0], buf[1]]) == MAGIC && src < self.size;
@@ -294,6 +315,26 @@ impl MpiConduit {
                 self.caps.max_frame
             );
         }
+        if let Some(LongSrc::Borrowed { len, .. }) = &long {
+            if *len > self.max_long {
+                bail!(
+                    InvalidArg,
+                    "long payload of {} bytes exceeds FH_AM_MAX_LONG {}",
+                    len,
+                    self.max_long
+                );
+            }
+        }
+        let (frame, long) = match &self.node {
+            Some(n) if n.is_peer(dest) => match self.send_node(n, dest, frame, long) {
+                NodeSent::Done(id) => return Ok(id),
+                NodeSent::Mpi(f, l) => {
+                    n.note_mpi_send(dest);
+                    (f, l)
+                }
+            },
+            _ => (frame, long),
+        };
         let _s = self.serial();
         let mut s = self.send.lock();
         let (tag, long_len) = match &long {
@@ -380,6 +421,9 @@ impl MpiConduit {
     }
 
     pub(super) fn send_finished(&self, id: SendId) -> Result<bool> {
+        if let Some(done) = self.node.as_ref().and_then(|n| n.pull_done(id)) {
+            return Ok(done);
+        }
         let _s = self.serial();
         let mut s = self.send.lock();
         let Some(req) = s.borrowed.get_mut(&id) else {
@@ -399,12 +443,24 @@ impl MpiConduit {
         if self.finalized.load(Ordering::Acquire) {
             return Ok(0);
         }
+        let mut on_node = 0;
+        if let Some(n) = &self.node {
+            on_node = self.poll_node(n, sink);
+            // MPI's own progress serves one-sided operations at this target
+            // while any need it (`needs_progress`).
+            if !n.mpi_due()
+                && self.sends_pending.load(Ordering::Acquire) == 0
+                && !Conduit::needs_progress(self)
+            {
+                return Ok(on_node);
+            }
+        }
         let _s = self.serial();
         if self.sends_pending.load(Ordering::Acquire) > 0 {
             self.progress_sends(&mut self.send.lock())?;
         }
         let Some(mut rv) = self.recv.try_lock() else {
-            return Ok(0);
+            return Ok(on_node);
         };
         let rv = &mut *rv;
         let n = rv.reqs.len();
@@ -454,7 +510,7 @@ impl MpiConduit {
         } else {
             rv.idle_polls = 0;
         }
-        Ok(delivered)
+        Ok(on_node + delivered)
     }
 }
 

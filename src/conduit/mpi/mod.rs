@@ -30,6 +30,8 @@ pub mod attach;
 pub mod boot;
 mod cma;
 pub mod interop;
+mod node_am;
+mod ring;
 mod rma;
 mod shm;
 mod split;
@@ -135,6 +137,8 @@ pub struct MpiConduit {
     dyn_win: H<ffi::MPI_Win>,
     /// What this rank attached to `dyn_win` (disjoint, page-aligned; `attach`).
     attach: Mutex<attach::AttachMap>,
+    /// `attach` holds an attachment (readable without its lock).
+    attached: AtomicBool,
     /// False for a 1-rank communicator: no windows, all RMA is local copies.
     windows: bool,
     remote_heaps: Vec<(usize, usize)>,
@@ -143,6 +147,8 @@ pub struct MpiConduit {
     used: Vec<AtomicU8>,
     recv: Mutex<RecvState>,
     send: Mutex<SendState>,
+    /// AMs to node peers through shared-memory rings (`FH_SHM`; `node_am`).
+    node: Option<node_am::NodeAm>,
     barrier: Mutex<Option<H<ffi::MPI_Request>>>,
     /// `MPI_Iallreduce(MAX)` of three words in flight (FH_BARRIER=mpi): request and
     /// the in/out buffers it uses (boxed: they must not move while it runs).
@@ -156,8 +162,6 @@ pub struct MpiConduit {
     booted: AtomicBool,
     /// Owned sends not yet complete (`send.reqs.len()`, readable without the lock).
     sends_pending: AtomicUsize,
-    /// Recycled small frame buffers (bounded: at most POOL_MAX of at most POOL_BUF).
-    pool: Mutex<Vec<Vec<u8>>>,
 }
 
 fn u8t() -> ffi::MPI_Datatype {
@@ -221,9 +225,10 @@ impl Conduit for MpiConduit {
             return Ok(());
         }
         let _s = self.serial();
-        self.attach
-            .lock()
-            .register(addr, len, &mut |st| self.attach_step(st))
+        let mut a = self.attach.lock();
+        let r = a.register(addr, len, &mut |st| self.attach_step(st));
+        self.attached.store(a.attached() > 0, Ordering::Release);
+        r
     }
 
     fn deregister(&self, addr: usize, len: usize) -> Result<()> {
@@ -232,9 +237,10 @@ impl Conduit for MpiConduit {
             return Ok(());
         }
         let _s = self.serial();
-        self.attach
-            .lock()
-            .deregister(addr, len, &mut |st| self.attach_step(st))
+        let mut a = self.attach.lock();
+        let r = a.deregister(addr, len, &mut |st| self.attach_step(st));
+        self.attached.store(a.attached() > 0, Ordering::Release);
+        r
     }
 
     unsafe fn put(&self, rank: usize, raddr: usize, src: *const u8, len: usize) -> Result<()> {
@@ -300,10 +306,7 @@ impl Conduit for MpiConduit {
     }
 
     fn frame_buffer(&self) -> Vec<u8> {
-        self.pool
-            .lock()
-            .pop()
-            .unwrap_or_else(|| Vec::with_capacity(256))
+        am::pooled_buffer()
     }
 
     fn native(&self, rank: usize, raddr: usize, len: usize) -> Option<*mut u8> {
@@ -332,7 +335,7 @@ impl Conduit for MpiConduit {
     }
 
     fn needs_progress(&self) -> bool {
-        !self.all_native || self.attach.lock().attached() > 0
+        !self.all_native || self.attached.load(Ordering::Acquire)
     }
 
     fn set_bell_offset(&self, off: usize) {
@@ -503,6 +506,10 @@ impl Conduit for MpiConduit {
             format!("MPI owned by firehose: {}", boot::owns_mpi()),
             format!("heap mlocked: {}", self.heap_locked),
             format!("kernel single copy to node peers: {}", self.cma_note),
+            self.node.as_ref().map_or_else(
+                || "AMs between node peers: MPI messages (no node-shared mapping)".into(),
+                |n| n.describe(),
+            ),
         ]
     }
 

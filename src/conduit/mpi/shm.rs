@@ -34,11 +34,19 @@ pub(super) struct NodeMapping {
 
 impl NodeMapping {
     /// `max`: at most this many ranks per mapping (0: the whole node), as if the
-    /// node were several (`FH_SHM_MAX_RANKS`).
-    pub(super) fn new(comm: ffi::MPI_Comm, heap_size: usize, max: usize) -> Result<NodeMapping> {
+    /// node were several (`FH_SHM_MAX_RANKS`). Each segment holds the heap, then
+    /// `rings(members)` bytes (the rank's AM receive ring, zeroed here), page-aligned.
+    pub(super) fn new(
+        comm: ffi::MPI_Comm,
+        heap_size: usize,
+        max: usize,
+        rings: impl Fn(usize) -> usize,
+    ) -> Result<NodeMapping> {
         let page = os::page_size();
         let len = os::page_span(0, heap_size).1.max(page);
         let (node, members) = node_members_max(comm, max)?;
+        let ring = rings(members.len());
+        let seg = len + page + ring;
         // SAFETY: (whole block) plain MPI calls on a valid communicator with
         // out-parameters that live on this stack frame; every handle created is
         // either returned (and freed at finalize) or freed on the error path.
@@ -47,7 +55,7 @@ impl NodeMapping {
                 ffi::MPI_Comm_free(&mut n);
             };
             let members_n = members.len() as c_int;
-            if let Err(e) = room_on_node(node, (len + page) as u64 * members_n as u64 * 2) {
+            if let Err(e) = room_on_node(node, seg as u64 * members_n as u64 * 2) {
                 free_node(node);
                 return Err(e);
             }
@@ -57,7 +65,7 @@ impl NodeMapping {
             let mut raw: *mut c_void = std::ptr::null_mut();
             let mut win: ffi::MPI_Win = std::mem::zeroed();
             let rc = ffi::MPI_Win_allocate_shared(
-                (len + page) as ffi::MPI_Aint,
+                seg as ffi::MPI_Aint,
                 1,
                 info,
                 node,
@@ -86,7 +94,7 @@ impl NodeMapping {
                     &mut du,
                     &mut p as *mut *mut c_void as *mut c_void,
                 );
-                if rc != ffi::MPI_SUCCESS as c_int || (sz as usize) < len + page {
+                if rc != ffi::MPI_SUCCESS as c_int || (sz as usize) < seg {
                     bad.get_or_insert(crate::err!(
                         Mpi,
                         "MPI_Win_shared_query({}) gave {} bytes",
@@ -101,6 +109,9 @@ impl NodeMapping {
                 free_node(node);
                 return Err(e);
             }
+            // Our ring starts empty before any peer can know where it is (the
+            // start-up exchange comes after).
+            std::ptr::write_bytes((base + len) as *mut u8, 0, ring);
             Ok(NodeMapping {
                 win: H(win),
                 node: H(node),

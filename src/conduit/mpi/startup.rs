@@ -98,9 +98,16 @@ struct LibHeap {
 }
 
 impl LibHeap {
-    fn create(cfg: &Config, rma: ffi::MPI_Comm, rank: usize, windows: bool) -> Result<LibHeap> {
+    fn create(
+        cfg: &Config,
+        rma: ffi::MPI_Comm,
+        rank: usize,
+        windows: bool,
+        max_frame: usize,
+    ) -> Result<LibHeap> {
         let shm = if windows && cfg.shm {
-            match NodeMapping::new(rma, cfg.heap_size, cfg.shm_max_ranks) {
+            let rings = |members| node_am::ring_bytes(max_frame, members);
+            match NodeMapping::new(rma, cfg.heap_size, cfg.shm_max_ranks, rings) {
                 Ok(sh) => Some(sh),
                 Err(e) => {
                     // Slower, not broken: say so once per job (and in
@@ -280,7 +287,7 @@ impl MpiConduit {
         // A 1-rank communicator needs no windows (every access is to self and is a
         // memory copy); Open MPI 4.1's osc/rdma cannot create them there anyway.
         let windows = size > 1;
-        let heap = match LibHeap::create(cfg, comms.rma, rank, windows) {
+        let heap = match LibHeap::create(cfg, comms.rma, rank, windows, max_frame) {
             Ok(h) => h,
             Err(e) => {
                 comms.free();
@@ -307,6 +314,21 @@ impl MpiConduit {
         let attach_cap = (boot::BUILT_FOR == "openmpi")
             .then(|| boot::ompi_max_attach().unwrap_or(OMPI_MAX_ATTACH).max(2));
         let recv = RecvState::new(cfg.am_recv_buffers, PREFIX + max_frame);
+        let node = heap.shm.as_ref().and_then(|sh| {
+            // SAFETY: each member's ring lies right after its heap in its segment of
+            // the node-shared mapping (NodeMapping::new sized and zeroed it before
+            // the exchange above, which every member has passed).
+            unsafe {
+                node_am::NodeAm::new(
+                    rank,
+                    size,
+                    &sh.members,
+                    &ex.peer_heaps,
+                    |r| ex.remote_heaps[r].1,
+                    max_frame,
+                )
+            }
+        });
         let c = MpiConduit {
             caps: Caps {
                 name: "mpi",
@@ -352,11 +374,13 @@ impl MpiConduit {
             heap_win: H(heap_win),
             dyn_win: H(dyn_win),
             attach: Mutex::new(attach::AttachMap::new(os::page_size(), attach_cap)),
+            attached: AtomicBool::new(false),
             windows,
             remote_heaps: ex.remote_heaps,
             used: (0..size).map(|_| AtomicU8::new(0)).collect(),
             recv: Mutex::new(recv),
             send: Mutex::new(SendState::new(size)),
+            node,
             barrier: Mutex::new(None),
             max3: Mutex::new(None),
             // SINGLE/FUNNELED: the program promises one thread calls MPI (and we start no
@@ -368,7 +392,6 @@ impl MpiConduit {
             finalized: AtomicBool::new(false),
             booted: AtomicBool::new(true),
             sends_pending: AtomicUsize::new(0),
-            pool: Mutex::new(Vec::new()),
         };
         c.post_all()?;
         Ok(c)
