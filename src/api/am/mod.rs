@@ -169,7 +169,7 @@ impl CtxInner {
         self.bells.ring(dest);
         match sent {
             Ok(id) => {
-                Stats::add(&self.stats.am_requests_sent, 1);
+                self.count(&self.stats.am_requests_sent, 1);
                 if let Some(id) = id {
                     self.wait_for(
                         crate::api::stall::Wait::new(
@@ -226,7 +226,7 @@ impl CtxInner {
         match sent {
             Ok(_) => {
                 tok.replied.set(true);
-                Stats::add(&self.stats.am_replies_sent, 1);
+                self.count(&self.stats.am_replies_sent, 1);
                 Ok(())
             }
             Err(e) => {
@@ -350,7 +350,7 @@ impl CtxInner {
         if let Err(e) = outcome {
             self.refuse(src, e.status, f.handler, e.msg.clone());
         }
-        Stats::add(&self.stats.am_handled, 1);
+        self.count(&self.stats.am_handled, 1);
         if is_request {
             let owed = self.am.peers[src].owed.load(Ordering::Acquire);
             if owed >= self.am.threshold {
