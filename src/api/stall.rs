@@ -99,13 +99,14 @@ pub struct Watch<'a> {
 
 impl<'a> Watch<'a> {
     pub fn new(ctx: &'a CtxInner, what: Wait) -> Watch<'a> {
+        let now = Instant::now();
         Watch {
             ctx,
             what,
-            t0: Instant::now(),
+            t0: now,
             rounds: 0,
             warned: false,
-            life_checked: Instant::now(),
+            life_checked: now,
             suspect: false,
         }
     }

@@ -66,10 +66,6 @@ const INLINE_BIT: u64 = 1 << 39;
 /// `rpipe_addr_t` = inbox tag << ADDR_SHIFT | offset.
 const ADDR_SHIFT: u32 = 48;
 const STAGE: usize = 64;
-/// A blocking rread spins this many empty polls before it starts to yield...
-const SPIN_POLLS: u32 = 32;
-/// ...progressing every this many of them meanwhile.
-const POLLS_PER_PROGRESS: u32 = 16;
 
 /// Bytes a message of `len` bytes takes in the inbox.
 pub fn extent(len: usize) -> usize {
@@ -345,61 +341,71 @@ impl Pipe {
                 self.max_message
             );
         }
-        let immediate = matches!(self.policy, Policy::BestFit | Policy::WorstFit);
         let mut counted = false;
-        let mut watch = crate::api::stall::Watch::new(
-            &self.ctx,
+        let mut got = None;
+        let mut attempt = || -> Result<bool> {
+            got = self.alloc_or_closed(nbytes, &mut counted)?;
+            Ok(got.is_some())
+        };
+        if !wait {
+            if !attempt()? {
+                // A caller spinning on try_rmalloc must still serve the peer (an MPI
+                // without asynchronous progress completes RMA aimed at us only when
+                // we call it).
+                self.ctx.maybe_poll();
+            }
+            return Ok(got);
+        }
+        // The reader frees without telling us (we read its free map), so this
+        // wait never sleeps: it spins, then yields (`runtime::wait`).
+        self.ctx.sync_wait_awake(
             crate::api::stall::Wait::call(
                 "rpipe_rmalloc",
                 Some(self.peer),
                 "free space: the reader has not read and freed enough messages",
             ),
-        );
-        loop {
-            // Loaded before the attempt: if the peer had closed by then, its last
-            // frees are already visible to the sync below.
-            let peer_closed = self.peer_closed.load(Ordering::Acquire);
-            {
-                let mut g = self.inner.lock();
-                let Inner { tx, stats, .. } = &mut *g;
-                let tx = tx
-                    .as_mut()
-                    .ok_or_else(|| err!(State, "this end of the pipe only reads"))?;
-                if immediate {
-                    self.sync(tx, stats)?;
-                }
-                let mut got = self.try_alloc(tx, nbytes);
-                if got.is_none() && !immediate {
-                    self.sync(tx, stats)?;
-                    got = self.try_alloc(tx, nbytes);
-                }
-                if let Some(off) = got {
-                    return Ok(Some(self.tx_tag << ADDR_SHIFT | off as u64));
-                }
-                if !counted {
-                    counted = true;
-                    stats.rmalloc_waits += 1;
-                }
+            attempt,
+        )?;
+        Ok(got)
+    }
+
+    /// One allocation attempt (syncing the free map as the policy says); an error
+    /// once the peer closed and no room is left.
+    fn alloc_or_closed(&self, nbytes: usize, counted: &mut bool) -> Result<Option<u64>> {
+        let immediate = matches!(self.policy, Policy::BestFit | Policy::WorstFit);
+        // Loaded before the attempt: if the peer had closed by then, its last
+        // frees are already visible to the sync below.
+        let peer_closed = self.peer_closed.load(Ordering::Acquire);
+        {
+            let mut g = self.inner.lock();
+            let Inner { tx, stats, .. } = &mut *g;
+            let tx = tx
+                .as_mut()
+                .ok_or_else(|| err!(State, "this end of the pipe only reads"))?;
+            if immediate {
+                self.sync(tx, stats)?;
             }
-            if peer_closed {
-                bail!(
-                    State,
-                    "rank {} closed the pipe: the space it still holds will never be freed",
-                    self.peer
-                );
+            let mut got = self.try_alloc(tx, nbytes);
+            if got.is_none() && !immediate {
+                self.sync(tx, stats)?;
+                got = self.try_alloc(tx, nbytes);
             }
-            if !wait {
-                // A caller spinning on try_rmalloc must still serve the peer (an MPI
-                // without asynchronous progress completes RMA aimed at us only when
-                // we call it).
-                self.ctx.maybe_poll();
-                return Ok(None);
+            if let Some(off) = got {
+                return Ok(Some(self.tx_tag << ADDR_SHIFT | off as u64));
             }
-            if self.ctx.progress_once()? == 0 {
-                self.ctx.conduit.idle();
+            if !*counted {
+                *counted = true;
+                stats.rmalloc_waits += 1;
             }
-            watch.round()?;
         }
+        if peer_closed {
+            bail!(
+                State,
+                "rank {} closed the pipe: the space it still holds will never be freed",
+                self.peer
+            );
+        }
+        Ok(None)
     }
 
     fn try_alloc(&self, tx: &mut Tx, nbytes: usize) -> Option<usize> {
@@ -533,6 +539,21 @@ impl Pipe {
         let stage = tx.outbox + self.shape.stage_off();
         let slot = slots::slot_addr(tx.peer_inbox + self.shape.ring_off(), self.shape.slots, seq);
         let inline = self.transfer == Transfer::Push && len <= slots::INLINE_MAX;
+        // Node-shared peer: the puts below are plain stores, which this CPU makes
+        // visible in program order, so data-before-notice needs only a release fence
+        // (a full fence would stall until the peer's cache lines arrived).
+        let native = c
+            .native(self.peer, tx.peer_inbox, self.shape.width)
+            .is_some()
+            && c.native(self.peer, slot, slots::WORDS_AT + 16).is_some();
+        let complete = || -> Result<()> {
+            if native {
+                fence(Ordering::Release);
+                Ok(())
+            } else {
+                c.flush(self.peer)
+            }
+        };
         match (self.transfer, inline) {
             (Transfer::Push, true) => {
                 if len > 0 {
@@ -549,7 +570,7 @@ impl Pipe {
                     // inline area (the peer's ring, checked at open).
                     unsafe { c.put(self.peer, slot, stage as *const u8, len)? };
                     // As for any data: complete before the words leave.
-                    c.flush(self.peer)?;
+                    complete()?;
                 }
             }
             (Transfer::Push, false) => {
@@ -565,7 +586,7 @@ impl Pipe {
                     )?
                 };
                 // The data must be complete at the target before the notice leaves.
-                c.flush(self.peer)?;
+                complete()?;
             }
             // The reader gets the bytes after it sees the notice: our stores to the
             // mirror must be globally visible before the notice is.
@@ -581,7 +602,8 @@ impl Pipe {
         unsafe { c.put(self.peer, slot + slots::WORDS_AT, wstage as *const u8, 16)? };
         // Complete the notice too: a reader must never wait on a put that an MPI
         // library keeps queued until our next call.
-        c.flush(self.peer)?;
+        complete()?;
+        self.ctx.bells.ring(self.peer);
         tx.seq = seq;
         tx.allocs.get_mut(&off).expect("checked").written = true;
         stats.written += 1;
@@ -589,46 +611,47 @@ impl Pipe {
         Ok(())
     }
 
-    /// Take the next message in order. `wait`: block (progressing) until one comes.
+    /// Take the next message in order. `wait`: block (progressing) until one comes,
+    /// under the library's wait policy (`runtime::wait`): the writer rings our bell
+    /// after each notice, so a reader that outlasted its spin and yield stages sleeps.
     pub fn rread(&self, wait: bool) -> Result<Option<(u64, usize)>> {
         self.live()?;
-        if wait {
-            am::check_not_in_handler("rpipe_rread")?;
-        }
-        let mut polls = 0u32;
-        let mut watch = crate::api::stall::Watch::new(
-            &self.ctx,
-            crate::api::stall::Wait::call("rpipe_rread", Some(self.peer), "a message"),
-        );
-        loop {
-            let peer_closed = self.peer_closed.load(Ordering::Acquire);
-            if let Some(m) = self.take_one()? {
-                return Ok(Some(m));
-            }
-            if peer_closed {
-                bail!(
-                    State,
-                    "rank {} closed the pipe and every message it sent has been read",
-                    self.peer
-                );
-            }
-            if !wait {
+        if !wait {
+            let m = self.take_or_closed()?;
+            if m.is_none() {
                 // As in rmalloc: a caller spinning on try_rread still progresses.
                 self.ctx.maybe_poll();
-                return Ok(None);
             }
-            // An empty poll is two loads. For the first SPIN_POLLS of them (a
-            // message that is already on its way) we only spin, progressing every
-            // POLLS_PER_PROGRESS; after that every poll progresses and yields the CPU
-            // when nothing happened, so oversubscribed ranks let the writer run.
-            polls = polls.saturating_add(1);
-            if polls < SPIN_POLLS && polls % POLLS_PER_PROGRESS != 0 {
-                std::hint::spin_loop();
-            } else if self.ctx.progress_once()? == 0 {
-                self.ctx.conduit.idle();
-            }
-            watch.round()?;
+            return Ok(m);
         }
+        am::check_not_in_handler("rpipe_rread")?;
+        let mut got = None;
+        self.ctx.sync_wait(
+            crate::api::stall::Wait::call("rpipe_rread", Some(self.peer), "a message"),
+            || {
+                got = self.take_or_closed()?;
+                Ok(got.is_some())
+            },
+        )?;
+        Ok(got)
+    }
+
+    /// The next message, or an error once the peer closed and none is left.
+    fn take_or_closed(&self) -> Result<Option<(u64, usize)>> {
+        // Loaded before the attempt: if the peer had closed by then, its last
+        // notices are already visible to the take below.
+        let peer_closed = self.peer_closed.load(Ordering::Acquire);
+        if let Some(m) = self.take_one()? {
+            return Ok(Some(m));
+        }
+        if peer_closed {
+            bail!(
+                State,
+                "rank {} closed the pipe and every message it sent has been read",
+                self.peer
+            );
+        }
+        Ok(None)
     }
 
     /// Kept in one piece: under the pipe lock it claims slot `seq` (`rx.taken`,

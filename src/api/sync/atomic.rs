@@ -161,7 +161,8 @@ impl CtxInner {
     ) -> Result<()> {
         use crate::runtime::wait::{Backoff, Bell, Stage};
         let mut b = Backoff::new(self.bells.policy());
-        let mut watch = crate::api::stall::Watch::new(self, what);
+        // Started at the first round past the spin stage: a short wait reads no clock.
+        let mut watch = None;
         loop {
             if done()? {
                 return Ok(());
@@ -171,6 +172,7 @@ impl CtxInner {
                 std::hint::spin_loop();
                 continue;
             }
+            let watch = watch.get_or_insert_with(|| crate::api::stall::Watch::new(self, what));
             watch.round()?;
             if self.state() == crate::api::ctx::State::Finalized {
                 bail!(State, "context was finalized while waiting");
