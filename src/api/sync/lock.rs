@@ -250,6 +250,12 @@ impl CtxInner {
         let s = self.check_waiter(succ, "next")?;
         self.word(s, self.lock_word(s, l.id, LOCKED)?, AtomicOp::Set(0))?;
         l.local.store(Local::Free as u8, Ordering::Release);
+        if self.bells.policy() == crate::runtime::wait::CROWDED {
+            // Ranks outnumber cores: the successor is likely waiting for one (or
+            // just woken by the hand-over). Give it ours now instead of running on
+            // to our next acquire, which would only queue behind it.
+            std::thread::yield_now();
+        }
         Ok(())
     }
 
