@@ -13,12 +13,16 @@
 //!   to the end and publishes them as padding.
 //!
 //! The first word of a message's first cell is its sequence word: the message at
-//! position `p` is published when it holds `p + 1`. The consumer zeroes the first
-//! word of every cell it releases, so a stale word is 0 or `q + 1` for an earlier
-//! position `q` of that cell, never `p + 1`, and body bytes of an earlier lap never
-//! look published. A producer keeps its own copy of `head` and reads the shared one
-//! only when its copy says the ring is full, so a message costs the producer one
-//! cache line written and the consumer one read.
+//! position `p` is published when it holds `tag(p)`, a bijective 64-bit mix of `p`.
+//! A stale word is `tag(q)` for an earlier position `q` of that cell (never
+//! `tag(p)`), zero, or body bytes of an earlier lap, which equal `tag(p)` with
+//! probability 2^-64 (no plain counter could promise that: a body holding small
+//! integers would look published). So the consumer never writes a cell: releasing
+//! is one store to `head`, and nothing it does after a message makes its next
+//! locked instruction wait for a cache line to travel. A producer keeps its own
+//! copy of `head` and reads the shared one only when its copy says the ring is
+//! full, so a message costs the producer one cache line written and the consumer
+//! one read.
 //!
 //! Guarantees:
 //! - no loss: `push` places the whole message or returns an error and changes nothing;
@@ -44,6 +48,16 @@ const HEAD_PULL: usize = 48;
 const MAX_LEN: usize = (1 << 24) - 1;
 
 const LINE: usize = 64;
+
+/// The sequence word that publishes position `p` (splitmix64's finaliser of `p + 1`:
+/// a bijection, so two positions never share a tag).
+#[inline]
+fn tag(p: u64) -> u64 {
+    let mut x = p.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
 
 /// What a message carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -228,7 +242,7 @@ impl Ring {
     }
 
     fn publish(&self, pos: u64) {
-        self.seq(pos).store(pos + 1, Ordering::Release);
+        self.seq(pos).store(tag(pos), Ordering::Release);
     }
 
     /// Place one message (any thread of any node peer). `seen`: the caller's copy of
@@ -267,7 +281,7 @@ impl Ring {
     pub(super) fn peek(&self) -> Popped<'_> {
         for _ in 0..2 {
             let h = self.word(HEADW).load(Ordering::Relaxed);
-            if self.seq(h).load(Ordering::Acquire) != h + 1 {
+            if self.seq(h).load(Ordering::Acquire) != tag(h) {
                 return Popped::Empty;
             }
             let mut b = [0u8; HEAD_PULL];
@@ -329,22 +343,17 @@ impl Ring {
         Popped::Empty
     }
 
-    /// Give `cells` cells at the head back to the producers (the consumer only),
-    /// zeroing each one's first word first (see the module's opening).
+    /// Give `cells` cells at the head back to the producers (the consumer only).
     pub(super) fn release(&self, cells: u64) {
         debug_assert!(cells >= 1 && cells <= self.cap);
         let h = self.word(HEADW);
-        let at = h.load(Ordering::Relaxed);
-        for p in at..at + cells {
-            self.seq(p).store(0, Ordering::Relaxed);
-        }
-        h.store(at + cells, Ordering::Release);
+        h.store(h.load(Ordering::Relaxed) + cells, Ordering::Release);
     }
 
     /// True when a message is published at the head (two loads).
     pub(super) fn published(&self) -> bool {
         let h = self.word(HEADW).load(Ordering::Relaxed);
-        self.seq(h).load(Ordering::Acquire) == h + 1
+        self.seq(h).load(Ordering::Acquire) == tag(h)
     }
 
     #[cfg(test)]
