@@ -138,7 +138,7 @@ impl CtxInner {
         let peer = &self.am.peers[dest];
         let mut stalled = false;
         let mut watch = None;
-        while !peer.try_acquire() {
+        while !peer.try_acquire(self.concurrent) {
             if !stalled {
                 stalled = true;
                 Stats::add(&self.stats.credit_stalls, 1);
@@ -183,8 +183,8 @@ impl CtxInner {
                 Ok(())
             }
             Err(e) => {
-                peer.avail.fetch_add(1, Ordering::AcqRel);
-                peer.give_back(credits);
+                peer.returned(1, self.concurrent);
+                peer.give_back(credits, self.concurrent);
                 Err(e)
             }
         }
@@ -230,7 +230,7 @@ impl CtxInner {
                 Ok(())
             }
             Err(e) => {
-                self.am.peers[tok.src].give_back(credits);
+                self.am.peers[tok.src].give_back(credits, self.concurrent);
                 Err(e)
             }
         }
@@ -239,7 +239,7 @@ impl CtxInner {
     /// Encode a frame to `dest` with the credits this rank owes it, taken now (a
     /// caller whose send fails gives them back).
     fn frame_for(&self, dest: usize, h: Head, args: &[u64], payload: &[u8]) -> (Vec<u8>, u16) {
-        let credits = self.am.peers[dest].take_owed();
+        let credits = self.am.peers[dest].take_owed(self.concurrent);
         let frame = wire::encode(
             self.conduit.frame_buffer(),
             self.conduit.caps().frame_headroom,
@@ -260,7 +260,7 @@ impl CtxInner {
         let sent = self.conduit.am_send(dest, frame, None);
         self.bells.ring(dest);
         if let Err(e) = sent {
-            self.am.peers[dest].give_back(credits);
+            self.am.peers[dest].give_back(credits, self.concurrent);
             self.record_async_error(err!(
                 Transport,
                 "could not send a control frame to rank {}: {}",
@@ -309,9 +309,7 @@ impl CtxInner {
             }
         };
         if f.credits > 0 {
-            let before = self.am.peers[src]
-                .avail
-                .fetch_add(f.credits as usize, Ordering::AcqRel);
+            let before = self.am.peers[src].returned(f.credits as usize, self.concurrent);
             debug_assert!(
                 before + f.credits as usize <= self.am.credits,
                 "peer returned more credits than it was given"
@@ -343,9 +341,16 @@ impl CtxInner {
             Role::Reply => false,
         };
         if is_request {
-            self.am.peers[src].owed.fetch_add(1, Ordering::AcqRel);
+            self.am.peers[src].owe_one(self.concurrent);
         }
-        let handler = self.am.handlers.read()[f.handler as usize];
+        let handler = if self.concurrent {
+            self.am.handlers.read()[f.handler as usize]
+        } else {
+            // SAFETY: one thread at a time is inside the library (`concurrent` is
+            // false), so no `am_register` writes the table during this read; the
+            // entry is copied out at once.
+            unsafe { (&*self.am.handlers.data_ptr())[f.handler as usize] }
+        };
         let outcome = self.place_and_run(src, is_request, &f, handler, long);
         if let Err(e) = outcome {
             self.refuse(src, e.status, f.handler, e.msg.clone());

@@ -83,26 +83,65 @@ pub(crate) struct Peer {
     pub(crate) owed: AtomicUsize,
 }
 
+/// Add `n` to `c` and return what it held: a locked add when threads may race, else a
+/// plain load and store (`CtxInner::concurrent`; a locked instruction costs several
+/// nanoseconds, and more right after a message left).
+fn add(c: &AtomicUsize, n: usize, concurrent: bool) -> usize {
+    if concurrent {
+        c.fetch_add(n, Ordering::AcqRel)
+    } else {
+        let v = c.load(Ordering::Relaxed);
+        c.store(v + n, Ordering::Relaxed);
+        v
+    }
+}
+
 impl Peer {
     /// Take one credit if there is one.
-    pub(crate) fn try_acquire(&self) -> bool {
+    pub(crate) fn try_acquire(&self, concurrent: bool) -> bool {
+        if !concurrent {
+            let a = self.avail.load(Ordering::Relaxed);
+            if a == 0 {
+                return false;
+            }
+            self.avail.store(a - 1, Ordering::Relaxed);
+            return true;
+        }
         self.avail
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| a.checked_sub(1))
             .is_ok()
     }
 
+    /// Credits came back from the peer; returns how many we had before.
+    pub(crate) fn returned(&self, credits: usize, concurrent: bool) -> usize {
+        add(&self.avail, credits, concurrent)
+    }
+
+    /// We received a request from this peer: we owe it a credit.
+    pub(crate) fn owe_one(&self, concurrent: bool) {
+        add(&self.owed, 1, concurrent);
+    }
+
     /// Take what we owe, for a frame going to this peer (at most u16::MAX).
-    pub(crate) fn take_owed(&self) -> u16 {
-        let n = self.owed.swap(0, Ordering::AcqRel);
+    pub(crate) fn take_owed(&self, concurrent: bool) -> u16 {
+        let n = if concurrent {
+            self.owed.swap(0, Ordering::AcqRel)
+        } else {
+            let n = self.owed.load(Ordering::Relaxed);
+            if n != 0 {
+                self.owed.store(0, Ordering::Relaxed);
+            }
+            n
+        };
         if n > u16::MAX as usize {
-            self.owed.fetch_add(n - u16::MAX as usize, Ordering::AcqRel);
+            add(&self.owed, n - u16::MAX as usize, concurrent);
             return u16::MAX;
         }
         n as u16
     }
 
-    pub(crate) fn give_back(&self, credits: u16) {
-        self.owed.fetch_add(credits as usize, Ordering::AcqRel);
+    pub(crate) fn give_back(&self, credits: u16, concurrent: bool) {
+        add(&self.owed, credits as usize, concurrent);
     }
 }
 

@@ -539,15 +539,25 @@ impl Pipe {
         let stage = tx.outbox + self.shape.stage_off();
         let slot = slots::slot_addr(tx.peer_inbox + self.shape.ring_off(), self.shape.slots, seq);
         let inline = self.transfer == Transfer::Push && len <= slots::INLINE_MAX;
-        // Node-shared peer: the puts below are plain stores, which this CPU makes
+        // A node-shared peer: write straight through its mapping. Plain stores become
         // visible in program order, so data-before-notice needs only a release fence
-        // (a full fence would stall until the peer's cache lines arrived).
-        let native = c
+        // (a full fence, as in flush, would stall until the peer's lines arrived).
+        let direct = c
             .native(self.peer, tx.peer_inbox, self.shape.width)
             .is_some()
             && c.native(self.peer, slot, slots::WORDS_AT + 16).is_some();
+        let put = |raddr: usize, src: *const u8, n: usize| -> Result<()> {
+            match c.native(self.peer, raddr, n).filter(|_| direct) {
+                // SAFETY: `n` bytes of the peer's inbox or ring as mapped here (the
+                // conduit said so) from `src`, valid for `n` bytes (the callers below).
+                Some(p) => unsafe { std::ptr::copy_nonoverlapping(src, p, n) },
+                // SAFETY: as above, through the transport; completed by `complete`.
+                None => unsafe { c.put(self.peer, raddr, src, n)? },
+            }
+            Ok(())
+        };
         let complete = || -> Result<()> {
-            if native {
+            if direct {
                 fence(Ordering::Release);
                 Ok(())
             } else {
@@ -566,25 +576,18 @@ impl Pipe {
                             len,
                         )
                     };
-                    // SAFETY: the staging line's first len bytes into the slot's
-                    // inline area (the peer's ring, checked at open).
-                    unsafe { c.put(self.peer, slot, stage as *const u8, len)? };
+                    // The staging line's first len bytes into the slot's inline area
+                    // (the peer's ring, checked at open).
+                    put(slot, stage as *const u8, len)?;
                     // As for any data: complete before the words leave.
                     complete()?;
                 }
             }
             (Transfer::Push, false) => {
-                // SAFETY: source = our mirror at the allocation (library heap, valid
-                // for len bytes, unchanged until the flush below); target = the same
-                // offset of the peer's inbox, inside its inbox (checked at open).
-                unsafe {
-                    c.put(
-                        self.peer,
-                        tx.peer_inbox + off,
-                        (tx.outbox + off) as *const u8,
-                        len,
-                    )?
-                };
+                // Source: our mirror at the allocation (library heap, valid for len
+                // bytes, unchanged until completion); target: the same offset of the
+                // peer's inbox, inside its inbox (checked at open).
+                put(tx.peer_inbox + off, (tx.outbox + off) as *const u8, len)?;
                 // The data must be complete at the target before the notice leaves.
                 complete()?;
             }
@@ -598,8 +601,8 @@ impl Pipe {
         // SAFETY: the last 16 bytes of our 64-byte staging line, 8-byte aligned; the
         // previous notice put from it completed at its flush.
         unsafe { std::ptr::write(wstage as *mut [u64; 2], words) };
-        // SAFETY: 16 bytes from our staging line to the words of the peer's slot.
-        unsafe { c.put(self.peer, slot + slots::WORDS_AT, wstage as *const u8, 16)? };
+        // 16 bytes from our staging line to the words of the peer's slot.
+        put(slot + slots::WORDS_AT, wstage as *const u8, 16)?;
         // Complete the notice too: a reader must never wait on a put that an MPI
         // library keeps queued until our next call.
         complete()?;
