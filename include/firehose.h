@@ -1872,10 +1872,9 @@ int fh_split(struct fh_ctx_t *ctx,
 
 /**
  * End the job now: standard output and error are flushed, then every process of
- * the job (MPI_Abort on `ctx`'s communicator; with NULL or a finalized context, on
- * MPI_COMM_WORLD, or this process alone when MPI is not running) ends with exit
- * status `code` (0 becomes 1: an abort is a failure). For fatal errors, and
- * Fortran's ERROR STOP. Does not return.
+ * the job (MPI_Abort on MPI_COMM_WORLD, whatever `ctx`'s communicator; this process
+ * alone when MPI is not running) ends with exit status `code` (0 becomes 1: an abort
+ * is a failure). For fatal errors, and Fortran's ERROR STOP. Does not return.
  * Threads: any thread, at any time, also from AM handlers.
  */
 int fh_abort(struct fh_ctx_t *ctx, int code);

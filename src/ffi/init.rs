@@ -269,10 +269,9 @@ pub extern "C" fn fh_split(
 }
 
 /// End the job now: standard output and error are flushed, then every process of
-/// the job (MPI_Abort on `ctx`'s communicator; with NULL or a finalized context, on
-/// MPI_COMM_WORLD, or this process alone when MPI is not running) ends with exit
-/// status `code` (0 becomes 1: an abort is a failure). For fatal errors, and
-/// Fortran's ERROR STOP. Does not return.
+/// the job (MPI_Abort on MPI_COMM_WORLD, whatever `ctx`'s communicator; this process
+/// alone when MPI is not running) ends with exit status `code` (0 becomes 1: an abort
+/// is a failure). For fatal errors, and Fortran's ERROR STOP. Does not return.
 /// Threads: any thread, at any time, also from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_abort(ctx: *mut fh_ctx_t, code: c_int) -> c_int {

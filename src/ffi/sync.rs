@@ -250,9 +250,9 @@ pub extern "C" fn fh_barrier_try(ctx: *mut fh_ctx_t, id: i64, flags: c_int) -> c
         crate::api::am::check_not_in_handler("fh_barrier_try")?;
         let done = c.barrier_try(id, flags)?;
         if !done {
-            // Every 32nd call only: an idle MPI poll yields the CPU when ranks
-            // outnumber cores, which would eat the computation this call overlaps.
-            c.maybe_poll();
+            // Every 32nd call only: an idle poll yields the CPU when ranks outnumber
+            // cores, which would eat the computation this call overlaps.
+            c.maybe_poll_idle();
             crate::api::sync::progress_all();
         }
         Ok(if done { Status::Ok } else { Status::NotReady } as c_int)

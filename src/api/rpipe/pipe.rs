@@ -156,11 +156,35 @@ struct Alloc {
     written: bool,
 }
 
+/// Hashes an inbox offset with one multiplication, folded so the low bits (the
+/// table's bucket index) depend on every bit: the writer looks its live allocations up
+/// on every call (rmalloc, rwrite, the frees it learns), and an ordered map or SipHash
+/// cost more than the rest of the lookup (up to `SLOTS_MAX` entries).
+#[derive(Default)]
+struct OffHasher(u64);
+
+impl std::hash::Hasher for OffHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_usize((self.0 as usize).rotate_left(8) ^ b as usize);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        let h = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = h ^ (h >> 32);
+    }
+}
+
+type Allocs = std::collections::HashMap<usize, Alloc, std::hash::BuildHasherDefault<OffHasher>>;
+
 /// The side that writes into the peer's inbox.
 struct Tx {
     space: Rmalloc,
     /// Offset -> allocation. Invariant: the same offsets as `space`'s live set.
-    allocs: BTreeMap<usize, Alloc>,
+    allocs: Allocs,
     /// Local outbox block.
     outbox: usize,
     /// The peer's inbox block.
@@ -256,7 +280,7 @@ impl Pipe {
         let inner = Inner {
             tx: ends.tx.map(|(outbox, peer_inbox)| Tx {
                 space: Rmalloc::new(shape.width, UNIT, policy),
-                allocs: BTreeMap::new(),
+                allocs: Allocs::default(),
                 outbox,
                 peer_inbox,
                 seq: 0,
@@ -352,7 +376,7 @@ impl Pipe {
                 // A caller spinning on try_rmalloc must still serve the peer (an MPI
                 // without asynchronous progress completes RMA aimed at us only when
                 // we call it).
-                self.ctx.maybe_poll();
+                self.ctx.maybe_poll_idle();
             }
             return Ok(got);
         }
@@ -623,7 +647,7 @@ impl Pipe {
             let m = self.take_or_closed()?;
             if m.is_none() {
                 // As in rmalloc: a caller spinning on try_rread still progresses.
-                self.ctx.maybe_poll();
+                self.ctx.maybe_poll_idle();
             }
             return Ok(m);
         }

@@ -199,10 +199,12 @@ impl CtxInner {
             )?;
             Ok(old == 0)
         })();
-        if !matches!(r, Ok(true)) {
+        if matches!(r, Ok(true)) {
+            self.maybe_poll();
+        } else {
             l.local.store(Local::Free as u8, Ordering::Release);
+            self.maybe_poll_idle();
         }
-        self.maybe_poll();
         r
     }
 

@@ -513,10 +513,11 @@ impl Conduit for MpiConduit {
         ]
     }
 
+    /// On MPI_COMM_WORLD, whatever this context's communicator: MPI ends the whole
+    /// job either way, but MPICH's launcher reports an abort on another communicator
+    /// with the status of a peer it killed (9) about half the time, not `code`.
     fn abort(&self, code: i32) -> ! {
-        // SAFETY: aborting on a live communicator of this context.
-        unsafe { ffi::PMPI_Abort(self.am_comm.0, code) };
-        std::process::exit(code)
+        abort_world(code)
     }
 
     fn split_parent(&self) -> Option<i32> {
