@@ -212,10 +212,7 @@ impl CtxInner {
     /// on it): an empty poll also gives the core away when ranks outnumber cores.
     #[inline]
     pub fn maybe_poll_idle(&self) {
-        let c = &self.hot.shard().calls;
-        let n = c.load(Ordering::Relaxed).wrapping_add(1);
-        c.store(n, Ordering::Relaxed);
-        if n % POLL_EVERY == 0 && !am::in_handler() && self.progress_once() == Ok(0) {
+        if self.poll_due(self.hot.shard()) && self.progress_once() == Ok(0) {
             self.idle_if_crowded();
         }
     }
@@ -229,14 +226,20 @@ impl CtxInner {
     /// As [`Self::maybe_poll`], with this thread's counter shard already at hand.
     #[inline]
     pub fn maybe_poll_in(&self, sh: &crate::api::stats::HotShard) {
-        // A plain load/store, not an atomic add: under concurrency a lost increment
-        // only shifts when the next poll happens.
+        if self.poll_due(sh) {
+            let _ = self.progress_once();
+        }
+    }
+
+    /// Count one call on this thread's shard: true on every `POLL_EVERY`-th, outside
+    /// handlers. A plain load/store, not an atomic add: under concurrency a lost
+    /// increment only shifts when the next poll happens.
+    #[inline]
+    fn poll_due(&self, sh: &crate::api::stats::HotShard) -> bool {
         let c = &sh.calls;
         let n = c.load(Ordering::Relaxed).wrapping_add(1);
         c.store(n, Ordering::Relaxed);
-        if n % POLL_EVERY == 0 && !am::in_handler() {
-            let _ = self.progress_once();
-        }
+        n % POLL_EVERY == 0 && !am::in_handler()
     }
 
     pub(crate) fn record_async_error(&self, e: Error) {
