@@ -246,14 +246,7 @@ impl MpiConduit {
             count >= PREFIX && u16::from_le_bytes([buf[0], buf[1]]) == MAGIC && src < self.size;
         let mut delivered = 0;
         if !ok {
-            // Counted by the layer above as a malformed frame.
-            sink(src.min(self.size.saturating_sub(1)), &mut [], None);
-            if self.verbose {
-                eprintln!(
-                    "firehose[{}]: dropped a malformed {}-byte AM frame from rank {}",
-                    self.rank, count, src
-                );
-            }
+            self.malformed(src, sink, &format!("a malformed {}-byte AM frame", count));
         } else {
             let flags = u16::from_le_bytes([buf[2], buf[3]]);
             let tag = u32::from_le_bytes(buf[4..8].try_into().expect("4 bytes"));
@@ -315,15 +308,18 @@ impl MpiConduit {
                 self.caps.max_frame
             );
         }
-        if let Some(LongSrc::Borrowed { len, .. }) = &long {
-            if *len > self.max_long {
-                bail!(
-                    InvalidArg,
-                    "long payload of {} bytes exceeds FH_AM_MAX_LONG {}",
-                    len,
-                    self.max_long
-                );
-            }
+        let long_len = match &long {
+            Some(LongSrc::Borrowed { len, .. }) => *len,
+            Some(LongSrc::Owned(v)) => v.len(),
+            None => 0,
+        };
+        if long_len > self.max_long {
+            bail!(
+                InvalidArg,
+                "long payload of {} bytes exceeds FH_AM_MAX_LONG {}",
+                long_len,
+                self.max_long
+            );
         }
         let (frame, long) = match &self.node {
             Some(n) if n.is_peer(dest) => match self.send_node(n, dest, frame, long) {
@@ -337,25 +333,13 @@ impl MpiConduit {
         };
         let _s = self.serial();
         let mut s = self.send.lock();
-        let (tag, long_len) = match &long {
-            Some(l) => {
-                let len = match l {
-                    LongSrc::Borrowed { len, .. } => *len,
-                    LongSrc::Owned(v) => v.len(),
-                };
-                if len > self.max_long {
-                    bail!(
-                        InvalidArg,
-                        "long payload of {} bytes exceeds FH_AM_MAX_LONG {}",
-                        len,
-                        self.max_long
-                    );
-                }
+        let tag = match &long {
+            Some(_) => {
                 let seq = s.long_seq[dest];
                 s.long_seq[dest] = seq.wrapping_add(1);
-                (LONG_TAG_BASE + seq % LONG_TAG_SPAN, len)
+                LONG_TAG_BASE + seq % LONG_TAG_SPAN
             }
-            None => (0, 0),
+            None => 0,
         };
         // The sender left PREFIX bytes of headroom: fill them in place (no copy).
         let mut msg = frame;

@@ -330,7 +330,9 @@ impl MpiConduit {
         delivered
     }
 
-    fn malformed(&self, src: usize, sink: &mut Sink<'_>, what: &str) {
+    /// Hand `sink` an empty frame from `src` (the layer above counts it as malformed
+    /// and refuses it); say what it was with `FH_VERBOSE`.
+    pub(super) fn malformed(&self, src: usize, sink: &mut Sink<'_>, what: &str) {
         sink(src.min(self.size.saturating_sub(1)), &mut [], None);
         if self.verbose {
             eprintln!(
