@@ -141,6 +141,11 @@ extra test_coll 4 - FH_SHM=0
 extra test_coll 3 -
 extra test_coll_types 3 -
 extra test_coll_types 4 - FH_SHM=0
+# Large reductions: staging windows (default), trees (FH_SHM=0), and trees because
+# a 4 MiB heap has no room for the staging region.
+extra test_coll_big 3 -
+extra test_coll_big 4 - FH_SHM=0
+extra test_coll_big 4 - FH_HEAP_SIZE=4M
 # Non-contiguous RMA: 3 ranks, every access through MPI and firehose (FH_SHM=0), and
 # firehose under pressure (tiny M: the sections' runs are pinned a few at a time).
 extra test_vis 3 -

@@ -294,10 +294,13 @@ pub extern "C" fn fh_broadcast(
 /// Collective: combine `count` elements of `src` from every rank with `op` into `dst`
 /// at `root` (`dst` is not touched elsewhere and may be NULL there). Floating-point
 /// results are combined in rank order ((r0 op r1) op (r2 op r3) ...), so they depend
-/// only on the number of ranks, never on the root or on timing. On a job whose ranks
-/// all share one node (FH_SHM=1), reductions of at most 4 KiB go through the
-/// node-shared mapping (every rank writes its operand once, the ranks that need the
-/// result combine in the same order), and every rank, not only those the data
+/// only on the number of ranks, never on the root or on timing. `src` and `dst` may
+/// be the same buffer (in place). On a job whose ranks all share one node
+/// (FH_SHM=1), reductions go through the node-shared mapping: up to 4 KiB every rank
+/// writes its operand once and the ranks that need the result combine in the same
+/// order; larger ones move in 256 KiB windows, rank i combining the i-th slice of
+/// each window (when FH_HEAP_SIZE is at least 4 times the synchronisation area,
+/// about 1.5 MiB; otherwise the trees). There every rank, not only those the data
 /// reaches, returns FH_ERR_INVALID_ARG for mismatched arguments.
 /// Mismatched arguments (count, dt, op, root) and invalid ones on some ranks: the
 /// data of every rank travels to rank 0 and on to the root, and a rank that finds a
@@ -323,8 +326,9 @@ pub extern "C" fn fh_reduce(
     })
 }
 
-/// Collective: as fh_reduce, with the result in `dst` on every rank (reduce to rank 0,
-/// then broadcast), bit-identical on all ranks. Mismatched arguments (count, dt, op)
+/// Collective: as fh_reduce, with the result in `dst` on every rank (through the
+/// node-shared mapping, or a reduce to rank 0 then a broadcast), bit-identical on all
+/// ranks; `src` and `dst` may be the same buffer. Mismatched arguments (count, dt, op)
 /// or invalid ones on any rank: every rank returns FH_ERR_INVALID_ARG (the finding
 /// reaches rank 0, then everyone), and the next collective works.
 /// Threads: one thread per context at a time. Not from AM handlers.

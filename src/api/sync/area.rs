@@ -17,6 +17,11 @@ pub const SLOTS: usize = 4;
 const LINE: usize = 64;
 /// Payload bytes of a node collective slot ([`Area::nslot`]).
 pub const NSLOT: usize = 4096;
+/// Bytes of one window of a large node allreduce (`coll::node_big`): each rank
+/// stages two, so operands larger than a slot move in steps of this size.
+pub const WINDOW: usize = 256 << 10;
+/// The staging region of a large node allreduce: a line of flags, two windows.
+const BIG: usize = LINE + 2 * WINDOW;
 
 /// What a rank's life word says (its low byte; a finalizing rank puts the epoch of
 /// the last barrier it notified above it, see [`life_word`]).
@@ -67,6 +72,8 @@ pub struct Area {
     inbox: usize,
     stage: usize,
     desc_stage: usize,
+    /// Offset of the large-allreduce staging region, 0 without one ([`Area::with_big`]).
+    big: usize,
 }
 
 impl Area {
@@ -103,7 +110,30 @@ impl Area {
             inbox,
             stage,
             desc_stage,
+            big: 0,
         }
+    }
+
+    /// This layout with the staging region of large node allreduces at its end, when
+    /// the whole area stays within a quarter of every heap (`lens`: every rank decides
+    /// alike from the same lengths; small heaps keep their room for the program).
+    pub fn with_big(self, lens: impl Iterator<Item = usize>) -> Area {
+        let bytes = self.bytes + ((BIG + 4095) & !4095);
+        let mut lens = lens;
+        match lens.all(|l| l / 4 >= bytes) {
+            true => Area {
+                big: self.bytes,
+                bytes,
+                ..self
+            },
+            false => self,
+        }
+    }
+
+    /// The staging region of a large node allreduce (flags line, then two windows),
+    /// if this layout has one.
+    pub fn big(&self, base: usize) -> Option<(usize, usize)> {
+        (self.big != 0).then_some((base + self.big, BIG))
     }
     /// Lock `i`'s line: `next` at +0, `locked` at +8, `tail` (home rank only) at +16.
     pub fn lock_line(&self, base: usize, i: usize) -> usize {
@@ -200,6 +230,10 @@ mod tests {
             assert!(a.inbox_data(0, n - 1, SLOTS - 1) + a.chunk <= a.stage(0));
             assert!(a.stage(0) + a.chunk <= a.desc_stage(0));
             assert!(a.desc_stage(0) + LINE <= a.bytes);
+            let b = a.with_big([1usize << 40].into_iter());
+            let (at, len) = b.big(0).expect("room for the staging region");
+            assert!(at >= a.bytes && at + len <= b.bytes && at % 4096 == 0);
+            assert!(a.with_big([4 * a.bytes].into_iter()).big(0).is_none());
             assert_eq!(a.inbox_hdr(0, 1, 0) % 64, 0);
         }
     }

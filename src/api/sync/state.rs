@@ -62,6 +62,8 @@ pub struct CollState {
     pub(crate) spare: [Vec<usize>; 3],
     /// The reduction's accumulator, kept for its capacity.
     pub(crate) acc: Vec<u8>,
+    /// The flag value the last large node allreduce ended with (`coll::node_big`).
+    pub(crate) big_last: u64,
 }
 
 impl CollState {
@@ -72,6 +74,7 @@ impl CollState {
             tree: None,
             spare: Default::default(),
             acc: Vec::new(),
+            big_last: 0,
         }
     }
 }
@@ -211,7 +214,7 @@ impl SyncState {
     /// Decide the area for `heaps` (every rank's `(base, len)`): returns the state and
     /// how many bytes at the start of this rank's heap it reserves.
     pub fn new(heaps: &[(usize, usize)], algo: Algo) -> (SyncState, usize) {
-        let a = area::Area::new(heaps.len());
+        let a = area::Area::new(heaps.len()).with_big(heaps.iter().map(|h| h.1));
         let fits = heaps.iter().all(|&(_, l)| l >= a.bytes + MIN_SPARE);
         let st = SyncState {
             area: fits.then_some(a),
@@ -240,6 +243,9 @@ pub struct Node {
     pub slot_at: Vec<[usize; 2]>,
     /// The leader's barrier line, mapped here.
     pub bar: usize,
+    /// Each member's large-allreduce staging region, mapped here (empty: the layout
+    /// has none, or it is not mapped).
+    pub stage_at: Vec<usize>,
     /// Every address above is mapped (else the node algorithms are not used).
     pub ok: bool,
 }
@@ -275,6 +281,16 @@ impl Node {
             .map(|&r| Some([view(r, a.nslot(base(r), 0))?, view(r, a.nslot(base(r), 1))?]))
             .collect();
         let bar = view(mine, a.node_barrier(base(mine)));
+        // A staging region is used only when all of it is mapped, for every member.
+        let stage_at: Vec<usize> = members
+            .iter()
+            .map(|&r| {
+                let (at, len) = a.big(base(r))?;
+                let (lo, hi) = (view(r, at)?, view(r, at + len - 64)?);
+                (hi - lo == len - 64).then_some(lo)
+            })
+            .collect::<Option<_>>()
+            .unwrap_or_default();
         match (val_at, slot_at, bar) {
             (Some(val_at), Some(slot_at), Some(bar)) if members[0] == mine => Node {
                 members,
@@ -283,6 +299,7 @@ impl Node {
                 val_at,
                 slot_at,
                 bar,
+                stage_at,
                 ok: true,
             },
             _ => Node::default(),

@@ -18,6 +18,7 @@
 
 use super::chan::{Chans, Chunk, Desc, ERR, LAST};
 mod node;
+mod node_big;
 
 pub use super::state::{postal_tree, CollState, Tree};
 use crate::api::ctx::CtxInner;
@@ -189,35 +190,44 @@ fn check_op(dt: i32, op: i32) -> Result<()> {
     Ok(())
 }
 
-macro_rules! fold {
-    ($t:ty, $acc:expr, $x:expr, $op:expr, $int:tt) => {{
-        const S: usize = std::mem::size_of::<$t>();
-        for (a, b) in $acc.chunks_exact_mut(S).zip($x.chunks_exact(S)) {
-            let l = <$t>::from_ne_bytes(a.try_into().expect("S bytes"));
-            let r = <$t>::from_ne_bytes(b.try_into().expect("S bytes"));
-            let v = fold!(@op $int, l, r, $op);
-            a.copy_from_slice(&v.to_ne_bytes());
+/// `acc[i] = f(acc[i], x[i])` for every element of `T` in `acc` (the operation is
+/// chosen outside the loop, so the loop is one instruction stream the compiler
+/// vectorizes; the buffers need no alignment).
+#[inline(always)]
+fn zip_elems<T: Copy>(acc: &mut [u8], x: &[u8], f: impl Fn(T, T) -> T) {
+    let n = acc.len().min(x.len()) / std::mem::size_of::<T>();
+    let (pa, px) = (acc.as_mut_ptr().cast::<T>(), x.as_ptr().cast::<T>());
+    for i in 0..n {
+        // SAFETY: element i lies inside both slices (n elements fit in each); they do
+        // not overlap (one is borrowed mutably); unaligned accesses are used; every
+        // bit pattern is a valid T (integers and floats only).
+        unsafe {
+            let v = f(pa.add(i).read_unaligned(), px.add(i).read_unaligned());
+            pa.add(i).write_unaligned(v);
         }
-    }};
-    (@op int, $l:expr, $r:expr, $op:expr) => {
+    }
+}
+
+macro_rules! fold {
+    ($t:ty, $acc:expr, $x:expr, $op:expr, int) => {
         match $op {
-            SUM => $l.wrapping_add($r),
-            PROD => $l.wrapping_mul($r),
-            MIN => $l.min($r),
-            MAX => $l.max($r),
-            BAND => $l & $r,
-            BOR => $l | $r,
-            BXOR => $l ^ $r,
-            LAND => (($l != 0) && ($r != 0)) as _,
-            _ => (($l != 0) || ($r != 0)) as _,
+            SUM => zip_elems::<$t>($acc, $x, |l, r| l.wrapping_add(r)),
+            PROD => zip_elems::<$t>($acc, $x, |l, r| l.wrapping_mul(r)),
+            MIN => zip_elems::<$t>($acc, $x, |l, r| l.min(r)),
+            MAX => zip_elems::<$t>($acc, $x, |l, r| l.max(r)),
+            BAND => zip_elems::<$t>($acc, $x, |l, r| l & r),
+            BOR => zip_elems::<$t>($acc, $x, |l, r| l | r),
+            BXOR => zip_elems::<$t>($acc, $x, |l, r| l ^ r),
+            LAND => zip_elems::<$t>($acc, $x, |l, r| ((l != 0) && (r != 0)) as $t),
+            _ => zip_elems::<$t>($acc, $x, |l, r| ((l != 0) || (r != 0)) as $t),
         }
     };
-    (@op float, $l:expr, $r:expr, $op:expr) => {
+    ($t:ty, $acc:expr, $x:expr, $op:expr, float) => {
         match $op {
-            SUM => $l + $r,
-            PROD => $l * $r,
-            MIN => if $r < $l { $r } else { $l },
-            _ => if $r > $l { $r } else { $l },
+            SUM => zip_elems::<$t>($acc, $x, |l, r| l + r),
+            PROD => zip_elems::<$t>($acc, $x, |l, r| l * r),
+            MIN => zip_elems::<$t>($acc, $x, |l, r| if r < l { r } else { l }),
+            _ => zip_elems::<$t>($acc, $x, |l, r| if r > l { r } else { l }),
         }
     };
 }
@@ -818,6 +828,17 @@ impl CtxInner {
         Ok(())
     }
 
+    /// A call whose second phase is a broadcast from `root` expects its parent's
+    /// chunks from the start: they may arrive while the first phase still sends,
+    /// and a chunk from a rank not expected is consumed as a mismatch (`chan_send`).
+    fn expect_bcast_parent(&self, st: &CollState, call: &mut Call, root: usize) {
+        let n = self.size;
+        let rel = (self.rank + n - root) % n;
+        if let (Some((_, tree)), true) = (&st.tree, rel != 0) {
+            call.expect.push((tree.parent[rel] + root) % n);
+        }
+    }
+
     /// [`Self::bcast_flow`] on the context's tree (built at the first collective).
     fn bcast_main(
         &self,
@@ -1075,6 +1096,7 @@ impl CtxInner {
         if !(self.node_fast(K_ALLREDUCE, call.d.nbytes)
             && self.node_coll(&mut st, &mut call, (src, dst), nbytes, Some(comb))?)
         {
+            self.expect_bcast_parent(&st, &mut call, 0);
             self.reduce_flow(&mut st, &mut call, 0, src, dst, nbytes, comb)?;
             self.bcast_main(&mut st, &mut call, 0, dst as *mut u8, nbytes)?;
         }
@@ -1127,6 +1149,7 @@ impl CtxInner {
         let chunk = self.area()?.chunk;
         let (parent, kids) = binomial(me, n);
         call.expect.extend(&kids);
+        self.expect_bcast_parent(&st, &mut call, 0);
         'kids: for &c in &kids {
             let (start, end) = (c * nbytes, (c + span(c, n)) * nbytes);
             let count = (end - start).div_ceil(chunk).max(1);

@@ -5,7 +5,8 @@
 //! (the same bits on every rank, from run to run, and on either path).
 //!
 //! Which calls: reduce and allreduce of at most [`NSLOT`] bytes when every rank of
-//! the context is on this node ([`CtxInner::node_fast`]). Every other call stores a
+//! the context is on this node ([`CtxInner::node_fast`]); larger ones check their
+//! arguments here, then move their operands in `node_big`. Every other call stores a
 //! tree mark (its number and description) at its start (`Self::node_enter`), so a
 //! rank that took the node path because of mismatched arguments finds out and runs
 //! the tree flow in failed mode with the others instead of waiting. (A broadcast through the
@@ -62,8 +63,10 @@ impl CtxInner {
         nd.ok
             && nd.alone()
             && nd.members.len() == self.size
-            && matches!(kind, K_REDUCE | K_ALLREDUCE)
-            && nbytes <= NSLOT as u64
+            && match kind {
+                K_REDUCE | K_ALLREDUCE => nbytes <= NSLOT as u64 || self.node_big_ok(nbytes),
+                _ => false,
+            }
     }
 
     /// A call on the tree path on a one-node job: say so in our slot.
@@ -240,14 +243,19 @@ impl CtxInner {
         let d = call.d;
         let mode = if call.failed() { REFUSED } else { FAST };
         let carries = mode == FAST;
-        self.node_publish(st, call, mode, carries.then_some((src, nbytes)))?;
+        // A large call publishes its header only; its operands move in `node_big`.
+        let big = d.nbytes > NSLOT as u64;
+        let payload = (carries && !big).then_some((src, nbytes));
+        self.node_publish(st, call, mode, payload)?;
         let heads = self.node_heads(st, call)?;
         if !call.failed() {
             self.node_check(call, &heads);
         }
         let tree = heads.iter().any(|h| h.mode == TREE);
-        if !call.failed() {
-            self.node_read(&d, dst, nbytes, comb);
+        match comb {
+            Some(c) if big && !call.failed() => self.node_big(st, call, buf, nbytes, c)?,
+            _ if !call.failed() => self.node_read(&d, dst, nbytes, comb),
+            _ => {}
         }
         Ok(!tree)
     }
