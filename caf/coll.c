@@ -91,14 +91,9 @@ static void fold_elems(void *inout, const void *in, size_t count, void *user) {
 static int tree_fold(char *buf, size_t n, size_t esz, fold_fn f, const void *arg, int result_image) {
   caf_team_t *t = caf.current;
   fold_t ft = {f, arg, esz};
-  char small[256];
-  size_t bytes = n * esz;
-  char *out = bytes <= sizeof small ? small : malloc(bytes ? bytes : 1);
-  int rc = result_image == 0 ? fh_allreduce_fn(t->ctx, buf, out, n, esz, fold_elems, &ft)
-                             : fh_reduce_fn(t->ctx, result_image - 1, buf, out, n, esz, fold_elems, &ft);
-  if (rc == FH_OK && (result_image == 0 || result_image == t->rank + 1)) memcpy(buf, out, bytes);
-  if (out != small) free(out);
-  return rc;
+  /* In place: firehose's reductions allow src == dst. */
+  return result_image == 0 ? fh_allreduce_fn(t->ctx, buf, buf, n, esz, fold_elems, &ft)
+                           : fh_reduce_fn(t->ctx, result_image - 1, buf, buf, n, esz, fold_elems, &ft);
 }
 
 typedef struct { int type, op; size_t esz, kind; } fold_arg_t;
@@ -164,12 +159,9 @@ static void co_op(gfc_desc_t *a, int result_image, int *stat, char *errmsg, size
   char *buf = pack(a, &s, &bytes);
   int dt = fh_type(a), rc;
   if (dt >= 0 && !(op != FH_SUM && a->dtype.type == BT_COMPLEX)) {
-    char small[256];
-    char *out = bytes <= sizeof small ? small : malloc(bytes);
-    if (result_image == 0) rc = fh_allreduce(t->ctx, buf, out, s.n, dt, op);
-    else rc = fh_reduce(t->ctx, result_image - 1, buf, out, s.n, dt, op);
-    if (rc == FH_OK && (result_image == 0 || result_image == t->rank + 1)) memcpy(buf, out, bytes);
-    if (out != small) free(out);
+    /* In place: firehose's reductions allow src == dst. */
+    if (result_image == 0) rc = fh_allreduce(t->ctx, buf, buf, s.n, dt, op);
+    else rc = fh_reduce(t->ctx, result_image - 1, buf, buf, s.n, dt, op);
   } else {
     /* real(10) and real(16) both take 16 bytes and the descriptor does not say
      * which: gfortran's real(10) (x87 extended) is assumed. */
