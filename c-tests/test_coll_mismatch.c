@@ -9,6 +9,8 @@
  *  - reduce with a different count on the last rank: the root gets it;
  *  - broadcast with a different size on the last rank: that rank gets it, the root
  *    (which only sends) returns FH_OK;
+ *  - broadcast across the node slots' 4 KiB: the last rank expecting 64 KiB gets
+ *    it; when the root sends 64 KiB to ranks expecting 32 bytes, they all get it;
  *  - every rank passing itself as the broadcast root, 8 bytes: roots only send, so
  *    a root learns of it within the call only if another root's chunk is already
  *    there when it ends (FH_ERR_INVALID_ARG), otherwise at its next collective,
@@ -81,6 +83,21 @@ int main(int argc, char **argv) {
   if (me == last) expect_rc(rc, FH_ERR_INVALID_ARG, "broadcast, size differs", "fh_broadcast");
   if (me == 0) expect_rc(rc, FH_OK, "broadcast root", NULL);
   next_works("a broadcast with different sizes");
+
+  /* broadcast across the node slots' size (4 KiB): the last rank expects 64 KiB
+   * (on one node it takes the tree while the others use the slots), then the root
+   * sends 64 KiB to ranks that expect 32 bytes. */
+  size_t wide = 64 << 10;
+  char *wb = calloc(1, wide);
+  rc = fh_broadcast(ctx, 0, wb, me == last ? wide : 32);
+  if (me == last) expect_rc(rc, FH_ERR_INVALID_ARG, "broadcast, last rank expects 64 KiB", "fh_broadcast");
+  else CHECK(rc == FH_OK || rc == FH_ERR_INVALID_ARG, "broadcast, last rank expects 64 KiB: %d", rc);
+  next_works("a broadcast where the last rank expects 64 KiB");
+  rc = fh_broadcast(ctx, 0, wb, me == 0 ? wide : 32);
+  if (me != 0) expect_rc(rc, FH_ERR_INVALID_ARG, "broadcast, the root sends 64 KiB", "fh_broadcast");
+  else CHECK(rc == FH_OK || rc == FH_ERR_INVALID_ARG, "broadcast root sending 64 KiB: %d", rc);
+  next_works("a broadcast where the root sends 64 KiB");
+  free(wb);
 
   /* every rank its own root, small: undetectable in the call. */
   uint64_t v = (uint64_t)me;
