@@ -170,7 +170,7 @@ impl Context {
             }
         };
         let inner = build(c, cfg, info, params, (leaders, here));
-        super::sync::register(&inner);
+        super::wait::register(&inner);
         super::progress::register(&inner);
         inner.info.lock().push(if super::progress::wanted_for(&inner) {
             "progress inside blocking MPI calls: on (MPI_Barrier, MPI_Wait*, MPI_Recv, collectives, ... serve the library)".into()
@@ -217,7 +217,7 @@ impl Context {
             params,
             (vec![0; world.size()], world.size()),
         );
-        super::sync::register(&inner);
+        super::wait::register(&inner);
         let weak = Arc::downgrade(&inner);
         let hook: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
             if let Some(ctx) = weak.upgrade() {

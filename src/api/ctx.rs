@@ -36,6 +36,9 @@ pub struct Subsystem {
     pub handlers: &'static [(LibHandler, LibHandlerFn)],
     /// Run in every poll, after the arrived frames were dispatched.
     pub progress: Option<fn(&CtxInner)>,
+    /// Run in every round of a blocking wait that found nothing to do (`api::wait`):
+    /// work of every live context that a rank blocked in one of them must still do.
+    pub idle: Option<fn()>,
     /// Run at finalize, once every rank arrived, before the conduit is released.
     pub shutdown: Option<fn(&CtxInner)>,
 }

@@ -381,6 +381,7 @@ pub(crate) static SUBSYSTEM: super::ctx::Subsystem = super::ctx::Subsystem {
         (LibHandler::InvalAck, handle_inval_ack),
     ],
     progress: None,
+    idle: None,
     shutdown: None,
 };
 

@@ -24,6 +24,7 @@ pub mod settings;
 pub mod stall;
 pub mod stats;
 pub mod sync;
+pub mod wait;
 pub mod wire;
 
 pub use crate::conduit::Launch;

@@ -308,3 +308,25 @@ mod tests {
         drop(mem);
     }
 }
+
+/// `FH_WAIT_SLEEP`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sleep {
+    /// Never: spin and yield only.
+    Off,
+    /// While no operation through the transport can need this rank's progress
+    /// (`Conduit::needs_progress`).
+    Auto,
+    /// Always (a transport operation aimed at a sleeping rank may wait up to a sleep).
+    On,
+}
+
+impl Sleep {
+    pub fn name(self) -> &'static str {
+        match self {
+            Sleep::Off => "0",
+            Sleep::Auto => "auto",
+            Sleep::On => "1",
+        }
+    }
+}

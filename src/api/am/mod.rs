@@ -135,28 +135,17 @@ impl CtxInner {
             }
         }
         // Acquire a credit (back-pressure: serve others meanwhile).
+        // Out of credits: wait by the library's policy (`api::wait`), asleep last on
+        // our bell, which every frame sent to us (credits come back in frames) rings.
         let peer = &self.am.peers[dest];
-        let mut stalled = false;
-        let mut watch = None;
-        while !peer.try_acquire(self.concurrent) {
-            if !stalled {
-                stalled = true;
-                Stats::add(&self.stats.credit_stalls, 1);
-                watch = Some(crate::api::stall::Watch::new(
-                    self,
-                    crate::api::stall::Wait::new(
-                        "fh_am_request_*",
-                        Some(dest),
-                        "a flow-control credit (it has not handled our earlier requests)",
-                    ),
-                ));
-            }
-            if self.progress_once()? == 0 {
-                self.conduit.idle();
-            }
-            if let Some(w) = watch.as_mut() {
-                w.round()?;
-            }
+        if !peer.try_acquire(self.concurrent) {
+            Stats::add(&self.stats.credit_stalls, 1);
+            let what = crate::api::stall::Wait::new(
+                "fh_am_request_*",
+                Some(dest),
+                "a flow-control credit (it has not handled our earlier requests)",
+            );
+            self.wait_rung(what, || Ok(peer.try_acquire(self.concurrent)))?;
         }
         let long_dst = long.as_ref().map_or(0, |l| l.dst as u64);
         let head = Head::new(cat, Role::Request, handler, long_dst);

@@ -53,6 +53,7 @@ pub(crate) static SUBSYSTEM: super::ctx::Subsystem = super::ctx::Subsystem {
         (LibHandler::FhAnswer, handle_answer),
     ],
     progress: Some(crate::firehose::pins::progress::<CtxInner>),
+    idle: None,
     shutdown: Some(CtxInner::fh_shutdown),
 };
 

@@ -993,5 +993,6 @@ pub(crate) static SUBSYSTEM: super::ctx::Subsystem = super::ctx::Subsystem {
     name: "rma",
     handlers: pack::HANDLERS,
     progress: Some(CtxInner::rma_progress),
+    idle: None,
     shutdown: None,
 };

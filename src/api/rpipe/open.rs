@@ -396,6 +396,7 @@ pub(crate) static SUBSYSTEM: crate::api::ctx::Subsystem = crate::api::ctx::Subsy
         (LibHandler::RpipeBye, handle_bye),
     ],
     progress: None,
+    idle: None,
     shutdown: None,
 };
 

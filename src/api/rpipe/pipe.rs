@@ -382,7 +382,7 @@ impl Pipe {
         }
         // The reader frees without telling us (we read its free map), so this
         // wait never sleeps: it spins, then yields (`runtime::wait`).
-        self.ctx.sync_wait_awake(
+        self.ctx.wait_awake(
             crate::api::stall::Wait::call(
                 "rpipe_rmalloc",
                 Some(self.peer),
@@ -653,7 +653,7 @@ impl Pipe {
         }
         am::check_not_in_handler("rpipe_rread")?;
         let mut got = None;
-        self.ctx.sync_wait(
+        self.ctx.wait_rung(
             crate::api::stall::Wait::call("rpipe_rread", Some(self.peer), "a message"),
             || {
                 got = self.take_or_closed()?;

@@ -317,7 +317,7 @@ impl CtxInner {
             "the barrier flag of a rank that has not notified",
         )
         .in_barrier(epoch);
-        self.sync_wait_on(
+        self.wait_on(
             what,
             || self.barrier_bell(),
             || match self.barrier_try(id, flags) {

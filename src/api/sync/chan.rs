@@ -125,7 +125,7 @@ impl CtxInner {
                 Some(dst),
                 "room in its inbox (a credit): it has not entered the collective",
             );
-            self.sync_wait_awake(what, || {
+            self.wait_awake(what, || {
                 if seq - self.word(self.rank, credit, AtomicOp::Fetch)? < SLOTS as u64 {
                     return Ok(true);
                 }
@@ -254,7 +254,7 @@ impl CtxInner {
             "its next chunk: it has not entered the collective",
         );
         let mut got = None;
-        self.sync_wait_awake(what, || {
+        self.wait_awake(what, || {
             got = self.chan_peek(ch, src)?;
             Ok(got.is_some() || pending(self, ch)?)
         })?;

@@ -115,7 +115,7 @@ impl CtxInner {
                 None,
                 "another thread of this rank releasing the lock",
             );
-            self.sync_wait(what, || {
+            self.wait_rung(what, || {
                 Ok(l.local.load(Ordering::Relaxed) == Local::Free as u8)
             })?;
         }
@@ -173,7 +173,7 @@ impl CtxInner {
             Some(pred),
             "the lock, handed over by the rank ahead in the queue",
         );
-        self.sync_wait(what, || {
+        self.wait_rung(what, || {
             Ok(self.word(self.rank, locked, AtomicOp::Fetch)? == 0)
         })
     }
@@ -244,7 +244,7 @@ impl CtxInner {
                 None,
                 "the next waiter linking itself behind us",
             );
-            self.sync_wait(what, || {
+            self.wait_rung(what, || {
                 succ = self.word(me, next, AtomicOp::Fetch)?;
                 Ok(succ != 0)
             })?;

@@ -33,50 +33,31 @@ use state::MIN_SPARE;
 
 use crate::api::ctx::CtxInner;
 use crate::runtime::error::Result;
-use parking_lot::Mutex;
 use std::sync::atomic::Ordering;
 
-/// Synchronisation: advances a split-phase barrier in every poll.
+/// Synchronisation: advances a split-phase barrier in every poll, and those of every
+/// live context in every idle round of a wait.
 pub(crate) static SUBSYSTEM: crate::api::ctx::Subsystem = crate::api::ctx::Subsystem {
     name: "sync",
     handlers: &[],
     progress: Some(CtxInner::sync_progress),
+    idle: Some(progress_all),
     shutdown: None,
 };
-
-/// Every live context of the process: a rank blocked in one context's wait still
-/// forwards the split-phase barrier flags of its other contexts (as MPI progresses
-/// every communicator), so ranks waiting on two contexts in different orders meet.
-static LIVE: Mutex<Vec<std::sync::Weak<CtxInner>>> = Mutex::new(Vec::new());
-
-/// Register a new context for [`progress_all`].
-pub fn register(ctx: &std::sync::Arc<CtxInner>) {
-    let mut g = LIVE.lock();
-    g.retain(|w| w.strong_count() > 0);
-    g.push(std::sync::Arc::downgrade(ctx));
-}
 
 /// The process is exiting without `fh_finalize`: say so in every live context's life
 /// word, so peers waiting for one of its calls stop waiting.
 pub fn mark_all_exited() {
-    let live: Vec<_> = LIVE.lock().iter().filter_map(|w| w.upgrade()).collect();
-    for c in live {
+    for c in crate::api::wait::live() {
         if c.state() == crate::api::ctx::State::Live {
             c.set_life(area::Life::Exited);
         }
     }
 }
 
-/// How many contexts of this process are live (a wait asleep on one context's bell
-/// is not woken by another's traffic, so it sleeps shorter when there are several).
-pub fn live_contexts() -> usize {
-    LIVE.lock().iter().filter(|w| w.strong_count() > 0).count()
-}
-
 /// Advance the pending split-phase barrier of every live context.
 pub fn progress_all() {
-    let live: Vec<_> = LIVE.lock().iter().filter_map(|w| w.upgrade()).collect();
-    for c in live {
+    for c in crate::api::wait::live() {
         if c.state() == crate::api::ctx::State::Live {
             c.sync_progress();
         }

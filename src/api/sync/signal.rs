@@ -86,7 +86,7 @@ impl CtxInner {
             "a put_signal or atomic update of the word from another rank",
         );
         // Awake: any rank's plain atomic may update the word, and atomics ring no bell.
-        self.sync_wait_awake(what, || {
+        self.wait_awake(what, || {
             seen = self.atomic(me, sig, Width::W64, AtomicOp::Fetch)?;
             Ok(cmp.holds(seen, value))
         })?;

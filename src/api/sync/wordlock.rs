@@ -65,7 +65,7 @@ impl CtxInner {
             "the release of the lock by its holder",
         );
         let mut got = Taken::Acquired;
-        self.sync_wait_awake(what, || {
+        self.wait_awake(what, || {
             let old = self.word_cas(rank, word, 0, me)?;
             Ok(verdict(old).map(|t| got = t).is_some())
         })?;

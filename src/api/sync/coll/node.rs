@@ -116,7 +116,7 @@ impl CtxInner {
                 None,
                 "the end of the collective before the last one (its node slot is in use)",
             );
-            self.sync_wait(what, || {
+            self.wait_rung(what, || {
                 if nd.val_at.iter().all(|&v| w(v + 16).load(SeqCst) >= s - 2) {
                     return Ok(true);
                 }
@@ -191,7 +191,7 @@ impl CtxInner {
             None,
             "the arrival of every rank in the collective",
         );
-        self.sync_wait(what, || {
+        self.wait_rung(what, || {
             if who.iter().all(|&i| self.node_answered(i, seq)) {
                 return Ok(true);
             }

@@ -91,7 +91,7 @@ impl CtxInner {
             return Ok(());
         }
         let what = crate::api::stall::Wait::call("fh_allreduce/fh_reduce", None, what);
-        self.sync_wait(what, || Ok(all()))
+        self.wait_rung(what, || Ok(all()))
     }
 
     /// The module documentation's steps for `call`, whose arguments every rank
