@@ -145,7 +145,14 @@ impl CtxInner {
                 Some(dest),
                 "a flow-control credit (it has not handled our earlier requests)",
             );
-            self.wait_rung(what, || Ok(peer.try_acquire(self.concurrent)))?;
+            // Credits come back in frames only our own poll takes in: poll every round.
+            self.wait_rung(what, || {
+                if peer.try_acquire(self.concurrent) {
+                    return Ok(true);
+                }
+                self.progress_once()?;
+                Ok(peer.try_acquire(self.concurrent))
+            })?;
         }
         let long_dst = long.as_ref().map_or(0, |l| l.dst as u64);
         let head = Head::new(cat, Role::Request, handler, long_dst);
