@@ -2346,10 +2346,8 @@ int fh_barrier_try(struct fh_ctx_t *ctx, int64_t id, int flags);
 
 /**
  * Collective: copy `nbytes` of `buf` at `root` into `buf` on every rank (0 to any
- * size; on a job whose ranks all share one node (FH_SHM=1), up to 4 KiB through the
- * node-shared mapping: the root writes once and returns, the others copy from its
- * slot; larger messages, or other jobs, are pipelined in chunks down seed 004's
- * postal-model optimal tree, FH_BCAST_LAMBDA). All ranks pass the same root and nbytes, and call the
+ * size; large messages are pipelined in chunks down seed 004's postal-model optimal
+ * tree, FH_BCAST_LAMBDA). All ranks pass the same root and nbytes, and call the
  * collectives of a context in the same order.
  * Mismatched arguments: every chunk carries the call's number and arguments. A rank
  * that receives data (every rank but the root) checks them and returns
@@ -2365,10 +2363,7 @@ int fh_barrier_try(struct fh_ctx_t *ctx, int64_t id, int flags);
  * FH_ERR_INVALID_ARG too), FH_ERR_NO_RESOURCE (no sync area: FH_HEAP_SIZE too small).
  * Threads: one thread per context at a time (FH_ERR_STATE otherwise). Not from AM handlers.
  */
-int fh_broadcast(struct fh_ctx_t *ctx,
-                 int root,
-                 void *buf,
-                 size_t nbytes);
+int fh_broadcast(struct fh_ctx_t *ctx, int root, void *buf, size_t nbytes);
 
 /**
  * Collective: combine `count` elements of `src` from every rank with `op` into `dst`

@@ -1,24 +1,23 @@
-//! Small collectives of a one-node job through the node-shared mapping (issue 19
-//! part 3).
-//! - **Reductions:** every rank writes its description and its operand once into its
-//!   own node slot, and every rank that needs the result combines the operands
-//!   straight from the others' slots, in the binomial tree's rank order, as the tree
-//!   path does (the same bits on every rank, from run to run, and on either path).
-//! - **Broadcasts:** the root writes its payload once into its slot and returns; every
-//!   other rank waits for the root's header only (not for every rank, as a
-//!   reduction must), checks it against its own arguments and copies the payload.
-//!   (A first version waited for every rank's header: 5.0 us at 4 ranks against
-//!   2.0 on the tree.)
+//! Small reductions of a one-node job through the node-shared mapping (issue 19
+//! part 3): every rank writes its description and its operand once into its own
+//! node slot, and every rank that needs the result combines the operands straight
+//! from the others' slots, in the binomial tree's rank order, as the tree path does
+//! (the same bits on every rank, from run to run, and on either path).
 //!
-//! Which calls: broadcasts, reductions and allreduces of at most [`NSLOT`] bytes
-//! when every rank of the context is on this node ([`CtxInner::node_fast`]); larger
-//! reductions check their arguments here, then move their operands in `node_big`.
-//! Every other call stores a tree mark (its number and description) at its start
-//! (`Self::node_enter`), so a rank that took the node path because of mismatched
-//! arguments finds out and runs the tree flow in failed mode with the others
-//! instead of waiting. A broadcast writes its header on every rank, so a rank that
-//! took the tree path with mismatched arguments stops waiting for chunks from a
-//! rank that will send none (`node_bcast_left`, in `c_recv`).
+//! Which calls: reduce and allreduce of at most [`NSLOT`] bytes when every rank of
+//! the context is on this node ([`CtxInner::node_fast`]); larger ones check their
+//! arguments here, then move their operands in `node_big`. Every other call stores a
+//! tree mark (its number and description) at its start (`Self::node_enter`), so a
+//! rank that took the node path because of mismatched arguments finds out and runs
+//! the tree flow in failed mode with the others instead of waiting.
+//!
+//! Broadcasts stay on the pipelined tree. Two slot versions were measured slower at
+//! 4 and 8 ranks on 2 cores: every rank waiting for every rank's header (8 B at 4
+//! ranks 5.0 us against 2.0 on the tree), and the root writing once while the others
+//! wait for its header only (4.6-5.2 us against 3.1-3.4 at 4 ranks, 14-15 against
+//! 8.5-9.2 at 8): the slots' two parities let the root run at most two calls ahead,
+//! where the tree's credits let it run four chunks ahead of each child, so a batch of
+//! broadcasts on oversubscribed cores pays more context switches.
 //!
 //! Slot `seq & 1` of each rank: a header line — `seq` (stored last), the call's
 //! description, its payload size, the mode — then the payload.
@@ -28,7 +27,7 @@
 //! call `s` (even one that then fails at once, so calls refused on every rank keep
 //! the count): everything it read for earlier calls it has read.
 
-use super::{binomial, describe, Call, Comb, K_ALLREDUCE, K_BCAST, K_REDUCE};
+use super::{binomial, describe, Call, Comb, K_ALLREDUCE, K_REDUCE};
 use crate::api::ctx::CtxInner;
 use crate::api::sync::area::NSLOT;
 use crate::api::sync::chan::Desc;
@@ -68,7 +67,6 @@ impl CtxInner {
             && nd.members.len() == self.size
             && match kind {
                 K_REDUCE | K_ALLREDUCE => nbytes <= NSLOT as u64 || self.node_big_ok(nbytes),
-                K_BCAST => nbytes <= NSLOT as u64,
                 _ => false,
             }
     }
@@ -205,55 +203,6 @@ impl CtxInner {
         let all: Vec<usize> = (0..self.sync.node.slot_at.len()).collect();
         self.node_wait_answers(st, call, &all)?;
         Ok(all.iter().map(|&i| self.node_head(i, call.d.seq)).collect())
-    }
-
-    /// Rank `src` broadcasts call `seq` through the node slots, so it sends no
-    /// chunk in it (a tree-path rank waiting for it stops: `c_recv`).
-    pub(super) fn node_bcast_left(&self, src: usize, seq: u64) -> bool {
-        let nd = &self.sync.node;
-        if !(nd.ok && nd.alone()) || src >= nd.slot_at.len() {
-            return false;
-        }
-        let slot = nd.slot_at[src][(seq & 1) as usize];
-        w(slot).load(SeqCst) == seq && (w(slot + 8).load(SeqCst) >> 48) as u8 == K_BCAST
-    }
-
-    /// A broadcast of at most [`NSLOT`] bytes through the node slots: the root writes
-    /// its payload once; every other rank waits for the root's header only, checks
-    /// it against its own arguments and copies the payload. Every rank also writes
-    /// its header (no payload), so a rank that took the tree path with different
-    /// arguments finds out instead of waiting for chunks (`node_bcast_left`).
-    /// Returns false when the root is on the tree path: the caller then runs the
-    /// tree flow with the (failed) call.
-    pub(super) fn node_bcast(
-        &self,
-        st: &mut CollState,
-        call: &mut Call,
-        root: usize,
-        buf: usize,
-        nbytes: usize,
-    ) -> Result<bool> {
-        let mode = if call.failed() { REFUSED } else { FAST };
-        let at_root = self.rank == root;
-        let payload = (at_root && mode == FAST).then_some((buf, nbytes));
-        self.node_publish(st, call, mode, payload)?;
-        if at_root {
-            return Ok(true);
-        }
-        self.node_wait_answers(st, call, &[root])?;
-        let h = self.node_head(root, call.d.seq);
-        if !call.failed() {
-            self.node_check(call, &[(root, &h)]);
-        }
-        if !call.failed() && nbytes > 0 {
-            let p = (call.d.seq & 1) as usize;
-            let from = self.sync.node.slot_at[root][p] + 64;
-            // SAFETY: the root's payload of this call (its header said so and matches
-            // ours: nbytes <= NSLOT), not rewritten before our `done` says this call;
-            // buf is valid for nbytes (checked non-null; the caller's contract).
-            unsafe { std::ptr::copy_nonoverlapping(from as *const u8, buf as *mut u8, nbytes) };
-        }
-        Ok(h.mode != TREE)
     }
 
     /// The first rank whose header disagrees with ours, as the call's error.
