@@ -181,33 +181,27 @@ impl CtxInner {
         }
     }
 
-    /// Wait until every rank in `who` answered the call.
-    fn node_wait_answers(&self, st: &mut CollState, call: &mut Call, who: &[usize]) -> Result<()> {
-        let seq = call.d.seq;
+    /// Wait for every rank's header of the call.
+    fn node_heads(&self, st: &mut CollState, call: &mut Call) -> Result<Vec<Head>> {
+        let (n, seq) = (self.sync.node.slot_at.len(), call.d.seq);
         let what = crate::api::stall::Wait::call(
             "fh_broadcast/fh_reduce/fh_allreduce",
             None,
             "the arrival of every rank in the collective",
         );
         self.wait_rung(what, || {
-            if who.iter().all(|&i| self.node_answered(i, seq)) {
+            if (0..n).all(|i| self.node_answered(i, seq)) {
                 return Ok(true);
             }
             self.node_drain(st, call)?;
             Ok(false)
-        })
-    }
-
-    /// Wait for every rank's header of the call.
-    fn node_heads(&self, st: &mut CollState, call: &mut Call) -> Result<Vec<Head>> {
-        let all: Vec<usize> = (0..self.sync.node.slot_at.len()).collect();
-        self.node_wait_answers(st, call, &all)?;
-        Ok(all.iter().map(|&i| self.node_head(i, call.d.seq)).collect())
+        })?;
+        Ok((0..n).map(|i| self.node_head(i, seq)).collect())
     }
 
     /// The first rank whose header disagrees with ours, as the call's error.
-    fn node_check(&self, call: &mut Call, heads: &[(usize, &Head)]) {
-        for &(r, h) in heads {
+    fn node_check(&self, call: &mut Call, heads: &[Head]) {
+        for (r, h) in heads.iter().enumerate() {
             if h.mode == REFUSED {
                 call.fail(
                     err!(
@@ -261,8 +255,7 @@ impl CtxInner {
         self.node_publish(st, call, mode, payload)?;
         let heads = self.node_heads(st, call)?;
         if !call.failed() {
-            let all: Vec<(usize, &Head)> = heads.iter().enumerate().collect();
-            self.node_check(call, &all);
+            self.node_check(call, &heads);
         }
         let tree = heads.iter().any(|h| h.mode == TREE);
         match comb {
