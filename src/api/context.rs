@@ -9,7 +9,6 @@ use super::heap::Heap;
 use super::rma::RmaState;
 use super::settings::Settings;
 use super::stats::Stats;
-use super::sync::settings::Sleep;
 use super::wire;
 use crate::bail;
 use crate::conduit::sim::SimWorld;
@@ -20,6 +19,7 @@ use crate::firehose::settings::FhMode;
 use crate::firehose::state::{FhState, Invalidations};
 use crate::runtime::config::Progress;
 use crate::runtime::error::Result;
+use crate::runtime::wait::Sleep;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -410,14 +410,14 @@ fn build(
             .map(|r| {
                 let a = sync
                     .area
-                    .filter(|_| caps.sleep && cfg.sync.wait_sleep != Sleep::Off)?;
+                    .filter(|_| caps.sleep && cfg.wait_sleep != Sleep::Off)?;
                 view(r, a.bell(remote_heaps[r].0))
             })
             .collect(),
         all_native,
         here,
     );
-    if let (Some(a), true) = (sync.area, caps.sleep && cfg.sync.wait_sleep != Sleep::Off) {
+    if let (Some(a), true) = (sync.area, caps.sleep && cfg.wait_sleep != Sleep::Off) {
         conduit.set_bell_offset(a.bell(0));
     }
     sync.node = super::sync::state::Node::new(rank, &leaders, sync.area, &remote_heaps, &view);

@@ -1,5 +1,5 @@
 //! Every setting of the library, composed from the groups the layers own: the
-//! runtime's ([`Config`]: transport, heap, AMs, progress, diagnostics), Firehose's
+//! runtime's ([`Config`]: transport, heap, AMs, progress, waiting, diagnostics), Firehose's
 //! ([`FirehoseSettings`]), the sync subsystem's ([`SyncSettings`]) and the RMA
 //! subsystem's ([`RmaSettings`]).
 //!

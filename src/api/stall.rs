@@ -227,22 +227,3 @@ impl<'a> Watch<'a> {
         )
     }
 }
-
-impl CtxInner {
-    /// Progress until `done()` is true, watched as `what`. Not allowed in handlers.
-    pub fn wait_for(&self, what: Wait, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
-        let mut watch = Watch::new(self, what);
-        loop {
-            if done()? {
-                return Ok(());
-            }
-            if self.state() == super::ctx::State::Finalized {
-                crate::bail!(State, "context was finalized while waiting");
-            }
-            if self.progress_once()? == 0 {
-                self.conduit.idle();
-            }
-            watch.round()?;
-        }
-    }
-}

@@ -41,35 +41,61 @@ pub fn live_count() -> usize {
     LIVE.lock().iter().filter(|w| w.strong_count() > 0).count()
 }
 
+/// How a wait's condition comes true, which decides what its spin stage does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// Another rank writes it into memory this rank reads: test with a pause between
+    /// tests, and progress only past the spin stage.
+    Written,
+    /// It arrives through this rank's own poll of the transport (an answer, a
+    /// handshake, a credit): poll in every round, from the first.
+    Polled,
+}
+
 impl CtxInner {
     /// Wait until `done()`, asleep in the last stage on this rank's own bell, where
     /// every write the wait can be waiting for rings it (`api::bells`).
     pub(crate) fn wait_rung(&self, what: Wait, done: impl FnMut() -> Result<bool>) -> Result<()> {
         let own = self.bells.own(self.rank);
-        self.wait_on(what, || own, done)
+        self.wait_on(what, Source::Written, || own, done)
     }
 
     /// As [`Self::wait_rung`], without the sleep stage: what it waits for is written
     /// by ranks that do not ring this rank (a word lock's word lives at its home).
     pub(crate) fn wait_awake(&self, what: Wait, done: impl FnMut() -> Result<bool>) -> Result<()> {
-        self.wait_on(what, || None, done)
+        self.wait_on(what, Source::Written, || None, done)
+    }
+
+    /// Wait for what arrives through this rank's progress (`Source::Polled`), never
+    /// asleep: the transport's messages ring no bell. Not allowed in handlers.
+    pub fn wait_for(&self, what: Wait, done: impl FnMut() -> Result<bool>) -> Result<()> {
+        self.wait_on(what, Source::Polled, || None, done)
+    }
+
+    /// Run the subsystems' idle hooks (what a rank that waits, or spins on a `try`
+    /// call, also moves along: the split-phase barriers of every live context).
+    pub(crate) fn run_idle_hooks(&self) {
+        for idle in self.subsystems.iter().filter_map(|s| s.idle) {
+            idle();
+        }
     }
 
     /// `FH_WAIT_SLEEP` allows a sleep now (auto: nothing through the transport can
     /// need this rank's progress).
     fn may_sleep(&self) -> bool {
-        match self.cfg.sync.wait_sleep {
+        match self.cfg.wait_sleep {
             Sleep::Off => false,
             Sleep::On => true,
             Sleep::Auto => !self.conduit.needs_progress(),
         }
     }
 
-    /// The wait itself, asleep on the bell `bell()` names at the time (None: not
-    /// asleep).
+    /// The wait itself, for a condition that comes true as `src` says, asleep on the
+    /// bell `bell()` names at the time (None: not asleep).
     pub(crate) fn wait_on(
         &self,
         what: Wait,
+        src: Source,
         bell: impl Fn() -> Option<usize>,
         mut done: impl FnMut() -> Result<bool>,
     ) -> Result<()> {
@@ -82,7 +108,12 @@ impl CtxInner {
             }
             let stage = b.step();
             if stage == Stage::Spin {
-                std::hint::spin_loop();
+                match src {
+                    Source::Written => std::hint::spin_loop(),
+                    Source::Polled => {
+                        self.progress_once()?;
+                    }
+                }
                 continue;
             }
             let watch = watch.get_or_insert_with(|| Watch::new(self, what));
@@ -93,9 +124,7 @@ impl CtxInner {
             if self.progress_once()? != 0 {
                 continue;
             }
-            for idle in self.subsystems.iter().filter_map(|s| s.idle) {
-                idle();
-            }
+            self.run_idle_hooks();
             match (stage, bell()) {
                 (Stage::Sleep, Some(p)) if self.may_sleep() => {
                     // SAFETY: a bell line of a sync area of this node, mapped for the

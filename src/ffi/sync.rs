@@ -253,7 +253,7 @@ pub extern "C" fn fh_barrier_try(ctx: *mut fh_ctx_t, id: i64, flags: c_int) -> c
             // Every 32nd call only: an idle poll yields the CPU when ranks outnumber
             // cores, which would eat the computation this call overlaps.
             c.maybe_poll_idle();
-            crate::api::sync::progress_all();
+            c.run_idle_hooks();
         }
         Ok(if done { Status::Ok } else { Status::NotReady } as c_int)
     })

@@ -7,6 +7,7 @@
 //! not parse is an `FH_ERR_INVALID_ARG` naming the variable, never a silent default.
 
 use crate::runtime::error::Result;
+use crate::runtime::wait::Sleep;
 
 /// How AMs and remote work are progressed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,6 +79,8 @@ pub struct Config {
     pub stall_warn_s: u64,
     /// Seconds after which a blocking wait gives up with FH_ERR_TRANSPORT (None: wait).
     pub stall_abort_s: Option<u64>,
+    /// Whether blocking calls may end their wait asleep on a futex (`FH_WAIT_SLEEP`).
+    pub wait_sleep: Sleep,
     /// Kernel single-copy (process_vm_readv/writev) to node peers, where permitted.
     pub cma: bool,
     /// Firehose table diagnostics on stderr (`FH_DEBUG_TABLES`).
@@ -347,6 +350,24 @@ pub static SETTINGS: &[Setting<Config>] = &[
         show: |c| c.stall_abort_s.map_or(String::new(), |s| s.to_string()),
     },
     Setting {
+        name: "FH_WAIT_SLEEP",
+        scope: Scope::Job,
+        default: "auto",
+        help: "whether a blocking wait that outlasts its spin and yield stages sleeps on a futex in the node-shared mapping until a node peer's write wakes it (at most 5 ms): auto (only while no MPI one-sided operation can need this rank: one node, no registered or firehose-pinned memory), 1 (always), 0 (never: keep yielding and polling)",
+        set: |c, v| {
+            c.wait_sleep = match v.trim().to_ascii_lowercase().as_str() {
+                "auto" => Sleep::Auto,
+                x => match parse_bool(x) {
+                    Ok(true) => Sleep::On,
+                    Ok(false) => Sleep::Off,
+                    Err(_) => bail!(InvalidArg, "FH_WAIT_SLEEP={}: expected auto, 1 or 0", v),
+                },
+            };
+            Ok(())
+        },
+        show: |c| c.wait_sleep.name().into(),
+    },
+    Setting {
         name: "FH_CMA",
         scope: Scope::Job,
         default: "1",
@@ -603,6 +624,7 @@ impl Group for Config {
             serve_blocking: true,
             stall_warn_s: 0,
             stall_abort_s: None,
+            wait_sleep: Sleep::Auto,
             cma: true,
             debug_tables: false,
         }

@@ -23,6 +23,7 @@ pub use table::*;
 
 use super::ctx::CtxInner;
 use super::stats::Stats;
+use super::wait::Source;
 use super::wire::{self, Category, Control, Frame, Role};
 use crate::conduit::{LongIn, LongSrc};
 use crate::runtime::error::{Error, Result, Status};
@@ -134,9 +135,10 @@ impl CtxInner {
                 bail!(InvalidArg, "long AM destination address is NULL");
             }
         }
-        // Acquire a credit (back-pressure: serve others meanwhile).
-        // Out of credits: wait by the library's policy (`api::wait`), asleep last on
-        // our bell, which every frame sent to us (credits come back in frames) rings.
+        // Acquire a credit (back-pressure: serve others meanwhile). Out of credits:
+        // wait by the library's policy (`api::wait`). Credits come back in frames
+        // only our own poll takes in, so it polls every round, and sleeps last on our
+        // bell, which every frame sent to us rings.
         let peer = &self.am.peers[dest];
         if !peer.try_acquire(self.concurrent) {
             Stats::add(&self.stats.credit_stalls, 1);
@@ -145,14 +147,13 @@ impl CtxInner {
                 Some(dest),
                 "a flow-control credit (it has not handled our earlier requests)",
             );
-            // Credits come back in frames only our own poll takes in: poll every round.
-            self.wait_rung(what, || {
-                if peer.try_acquire(self.concurrent) {
-                    return Ok(true);
-                }
-                self.progress_once()?;
-                Ok(peer.try_acquire(self.concurrent))
-            })?;
+            let own = self.bells.own(self.rank);
+            self.wait_on(
+                what,
+                Source::Polled,
+                || own,
+                || Ok(peer.try_acquire(self.concurrent)),
+            )?;
         }
         let long_dst = long.as_ref().map_or(0, |l| l.dst as u64);
         let head = Head::new(cat, Role::Request, handler, long_dst);

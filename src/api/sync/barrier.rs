@@ -319,6 +319,7 @@ impl CtxInner {
         .in_barrier(epoch);
         self.wait_on(
             what,
+            crate::api::wait::Source::Written,
             || self.barrier_bell(),
             || match self.barrier_try(id, flags) {
                 Ok(done) => Ok(done),

@@ -40,11 +40,7 @@ pub struct SyncSettings {
     /// Postal-model latency λ for the broadcast tree (`FH_BCAST_LAMBDA`; None:
     /// measured at the first broadcast).
     pub bcast_lambda: Option<u32>,
-    /// Whether blocking calls may end their wait asleep on a futex (`FH_WAIT_SLEEP`).
-    pub wait_sleep: Sleep,
 }
-
-pub use crate::runtime::wait::Sleep;
 
 impl Group for SyncSettings {
     const ROWS: &'static [Setting<SyncSettings>] = ROWS;
@@ -53,7 +49,6 @@ impl Group for SyncSettings {
         SyncSettings {
             barrier: Algo::Node,
             bcast_lambda: None,
-            wait_sleep: Sleep::Auto,
         }
     }
 }
@@ -96,23 +91,5 @@ static ROWS: &[Setting<SyncSettings>] = &[
             Ok(())
         },
         show: |c| c.bcast_lambda.map_or("auto".into(), |l| l.to_string()),
-    },
-    Setting::<SyncSettings> {
-        name: "FH_WAIT_SLEEP",
-        scope: Scope::Job,
-        default: "auto",
-        help: "whether a blocking wait that outlasts its spin and yield stages sleeps on a futex in the node-shared mapping until a node peer's write wakes it (at most 5 ms): auto (only while no MPI one-sided operation can need this rank: one node, no registered or firehose-pinned memory), 1 (always), 0 (never: keep yielding and polling)",
-        set: |c, v| {
-            c.wait_sleep = match v.trim().to_ascii_lowercase().as_str() {
-                "auto" => Sleep::Auto,
-                x => match crate::runtime::config::parse_bool(x) {
-                    Ok(true) => Sleep::On,
-                    Ok(false) => Sleep::Off,
-                    Err(_) => bail!(InvalidArg, "FH_WAIT_SLEEP={}: expected auto, 1 or 0", v),
-                },
-            };
-            Ok(())
-        },
-        show: |c| c.wait_sleep.name().into(),
     },
 ];
