@@ -28,6 +28,7 @@ typedef struct {
   unsigned char *heap;
   void *heaps[256];
   long reqs, reps, meds, bad;
+  long med_to[256]; /* mediums sent to each rank */
   char err[256];
 } cx_t;
 
@@ -133,7 +134,9 @@ static void round_on(cx_t *c, int it, uint64_t *s) {
   unsigned char m[100];
   for (size_t i = 0; i < sizeof m; i++) m[i] = (unsigned char)(c->tag + i);
   uint64_t t = (uint64_t)c->tag;
-  CHECK_OK(fh_am_request_medium(c->ctx, (int)(rng_next(s) % (uint64_t)c->np), H_MED, m, sizeof m, &t, 1));
+  int to = (int)(rng_next(s) % (uint64_t)c->np);
+  CHECK_OK(fh_am_request_medium(c->ctx, to, H_MED, m, sizeof m, &t, 1));
+  c->med_to[to]++;
 }
 
 static void check_slots(cx_t *c) {
@@ -143,6 +146,16 @@ static void check_slots(cx_t *c) {
       unsigned char v = c->heap[((size_t)left * ITER + (size_t)it) * SLOT + i];
       CHECK(v == slotbyte(c->tag, left, it, i), "context %c: slot of rank %d round %d byte %zu is %d", c->tag, left, it, i, v);
     }
+  /* A medium request has no reply, and a barrier after sending it does not mean
+   * the receiver ran its handler: wait (serving both contexts) until every medium
+   * sent here arrived. A lost one fails after a minute. */
+  long want[256];
+  MPI_Allreduce(c->med_to, want, c->np, MPI_LONG, MPI_SUM, c->comm);
+  double t0 = MPI_Wtime();
+  while (c->meds < want[c->me]) {
+    poll_both();
+    if (MPI_Wtime() - t0 > 60) FAILF("context %c: %ld mediums handled, %ld sent here", c->tag, c->meds, want[c->me]);
+  }
   CHECK(c->bad == 0, "context %c: %ld handler problems, first: %s", c->tag, c->bad, c->err);
   long mine[3] = {c->reqs, c->reps, c->meds}, tot[3];
   MPI_Allreduce(mine, tot, 3, MPI_LONG, MPI_SUM, c->comm);
