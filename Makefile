@@ -108,15 +108,20 @@ lint:
 	cargo fmt --all -- --check
 	$(CARGO_ENV) cargo clippy --release --all-targets -- -D warnings
 
+# The Rust suites in the dev profile (optimized, with debug assertions and overflow
+# checks: every table and allocator operation checks its invariants). One build; the
+# release library the C suites load is built by `lib`.
 test-rust: deps
-	$(CARGO_ENV) cargo test --release
-	# Once more in the dev profile, where every table operation checks its invariants.
-	$(CARGO_ENV) cargo test --test firehose_prop --test smp
+	$(CARGO_ENV) cargo test
+
+# The checking builds (loom, tsan) have target directories of their own: they skip
+# the release profile's link-time optimization and debug information.
+CHECK_PROFILE := CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_DEBUG=0
 
 # Model check of the Firehose-SMP core (tests/loom_smp.rs): every interleaving of
 # threads sharing a firehose table, its deadlock-avoidance flag and condvar.
 loom: deps
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(CURDIR)/target/loom MPICC=$(MPICC) \
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(CURDIR)/target/loom MPICC=$(MPICC) $(CHECK_PROFILE) \
 	  cargo test --release --test loom_smp
 
 # ThreadSanitizer on the concurrent core (tests/smp.rs: many threads sharing one
@@ -125,7 +130,7 @@ loom: deps
 HOST_TRIPLE := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
 tsan: deps
 	RUSTC_BOOTSTRAP=1 RUSTFLAGS="-Zsanitizer=thread -Cunsafe-allow-abi-mismatch=sanitizer" \
-	  CARGO_TARGET_DIR=$(CURDIR)/target/tsan MPICC=$(MPICC) \
+	  CARGO_TARGET_DIR=$(CURDIR)/target/tsan MPICC=$(MPICC) $(CHECK_PROFILE) \
 	  TSAN_OPTIONS="suppressions=$(CURDIR)/scripts/tsan.supp halt_on_error=1" \
 	  cargo test --release --target $(HOST_TRIPLE) --test smp
 

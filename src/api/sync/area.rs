@@ -234,7 +234,7 @@ mod tests {
             let (at, len) = b.big(0).expect("room for the staging region");
             assert!(at >= a.bytes && at + len <= b.bytes && at % 4096 == 0);
             assert!(a.with_big([4 * a.bytes].into_iter()).big(0).is_none());
-            assert_eq!(a.inbox_hdr(0, 1, 0) % 64, 0);
+            assert_eq!(a.inbox_hdr(0, n - 1, SLOTS - 1) % 64, 0);
         }
     }
 }
