@@ -30,9 +30,21 @@ pub fn register(ctx: &Arc<CtxInner>) {
     g.push(Arc::downgrade(ctx));
 }
 
-/// The live contexts of the process.
-pub fn live() -> Vec<Arc<CtxInner>> {
-    LIVE.lock().iter().filter_map(|w| w.upgrade()).collect()
+/// Run `f` on every live context of the process, outside the registry's lock and
+/// without allocating for the first few (a wait's every idle round calls this).
+pub fn for_each_live(mut f: impl FnMut(&CtxInner)) {
+    const FEW: usize = 8;
+    let mut few: [Option<Arc<CtxInner>>; FEW] = Default::default();
+    let mut more = Vec::new();
+    for (i, c) in LIVE.lock().iter().filter_map(|w| w.upgrade()).enumerate() {
+        match few.get_mut(i) {
+            Some(slot) => *slot = Some(c),
+            None => more.push(c),
+        }
+    }
+    for c in few.iter().flatten().chain(&more) {
+        f(c);
+    }
 }
 
 /// How many contexts of this process are live (a wait asleep on one context's bell

@@ -44,14 +44,13 @@
 //! sequence numbers W assigns and R expects advance by one per message.
 
 use super::freemap;
-use super::rmalloc::{Policy, Rmalloc};
+use super::rmalloc::{OffMap, Policy, Rmalloc};
 use super::slots;
 use crate::api::am;
 use crate::api::CtxInner;
 use crate::runtime::error::Result;
 use crate::{bail, err};
 use parking_lot::Mutex;
-use std::collections::BTreeMap;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -156,29 +155,7 @@ struct Alloc {
     written: bool,
 }
 
-/// Hashes an inbox offset with one multiplication, folded so the low bits (the
-/// table's bucket index) depend on every bit: the writer looks its live allocations up
-/// on every call (rmalloc, rwrite, the frees it learns), and an ordered map or SipHash
-/// cost more than the rest of the lookup (up to `SLOTS_MAX` entries).
-#[derive(Default)]
-struct OffHasher(u64);
-
-impl std::hash::Hasher for OffHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_usize((self.0 as usize).rotate_left(8) ^ b as usize);
-        }
-    }
-    fn write_usize(&mut self, n: usize) {
-        let h = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 = h ^ (h >> 32);
-    }
-}
-
-type Allocs = std::collections::HashMap<usize, Alloc, std::hash::BuildHasherDefault<OffHasher>>;
+type Allocs = OffMap<Alloc>;
 
 /// The side that writes into the peer's inbox.
 struct Tx {
@@ -189,6 +166,10 @@ struct Tx {
     outbox: usize,
     /// The peer's inbox block.
     peer_inbox: usize,
+    /// The peer's whole inbox block as mapped here (a node-shared peer: `rwrite`
+    /// stores straight into it), or None (through the transport). The mapping lasts
+    /// as long as the context, which every call checks is live first.
+    peer_view: Option<usize>,
     /// Notices written so far (the last sequence number used).
     seq: u64,
     /// The reader's free bitmap as of the last sync.
@@ -202,8 +183,55 @@ struct Rx {
     peer_outbox: usize,
     /// Notices taken so far (the next expected is `taken + 1`).
     taken: u64,
-    /// Messages read and not yet freed: offset -> length. Invariant: disjoint extents.
-    held: BTreeMap<usize, usize>,
+    /// Messages read and not yet freed: offset -> length. Invariant: disjoint extents,
+    /// exactly the units set in `held_units`.
+    held: OffMap<usize>,
+    /// One bit per inbox unit, set while a held message covers it (the overlap check
+    /// of a notice costs a bit test per unit, not an ordered-map search).
+    held_units: Vec<u64>,
+}
+
+impl Rx {
+    /// The units of `[off, off + ext)`, as (word, mask) pieces.
+    fn unit_words(off: usize, ext: usize) -> impl Iterator<Item = (usize, u64)> {
+        let (first, end) = (off / UNIT, (off + ext) / UNIT);
+        (first / 64..end.div_ceil(64)).map(move |w| {
+            let lo = first.max(w * 64) - w * 64;
+            let hi = end.min(w * 64 + 64) - w * 64;
+            let mask = if hi - lo == 64 {
+                !0
+            } else {
+                ((1u64 << (hi - lo)) - 1) << lo
+            };
+            (w, mask)
+        })
+    }
+
+    /// Whether a held message covers any unit of `[off, off + ext)` (inside the inbox).
+    fn any_held(&self, off: usize, ext: usize) -> bool {
+        Self::unit_words(off, ext).any(|(w, m)| self.held_units[w] & m != 0)
+    }
+
+    /// Hold the message at `off` (its units are free: checked by the caller).
+    fn hold(&mut self, off: usize, len: usize) {
+        for (w, m) in Self::unit_words(off, extent(len)) {
+            debug_assert_eq!(self.held_units[w] & m, 0);
+            self.held_units[w] |= m;
+        }
+        self.held.insert(off, len);
+    }
+
+    /// Give back the message at `off`; false if none is held there.
+    fn unhold(&mut self, off: usize) -> bool {
+        let Some(len) = self.held.remove(&off) else {
+            return false;
+        };
+        for (w, m) in Self::unit_words(off, extent(len)) {
+            debug_assert_eq!(self.held_units[w] & m, m);
+            self.held_units[w] &= !m;
+        }
+        true
+    }
 }
 
 #[derive(Default)]
@@ -283,6 +311,10 @@ impl Pipe {
                 allocs: Allocs::default(),
                 outbox,
                 peer_inbox,
+                peer_view: ctx
+                    .conduit
+                    .native(peer, peer_inbox, shape.inbox_bytes())
+                    .map(|p| p as usize),
                 seq: 0,
                 seen: vec![0; words],
             }),
@@ -290,7 +322,8 @@ impl Pipe {
                 inbox,
                 peer_outbox,
                 taken: 0,
-                held: BTreeMap::new(),
+                held: OffMap::default(),
+                held_units: vec![0; (shape.width / UNIT).div_ceil(64)],
             }),
             stats: PipeStats::default(),
         };
@@ -371,13 +404,14 @@ impl Pipe {
             got = self.alloc_or_closed(nbytes, &mut counted)?;
             Ok(got.is_some())
         };
+        if attempt()? {
+            return Ok(got);
+        }
         if !wait {
-            if !attempt()? {
-                // A caller spinning on try_rmalloc must still serve the peer (an MPI
-                // without asynchronous progress completes RMA aimed at us only when
-                // we call it).
-                self.ctx.maybe_poll_idle();
-            }
+            // A caller spinning on try_rmalloc must still serve the peer (an MPI
+            // without asynchronous progress completes RMA aimed at us only when we
+            // call it).
+            self.ctx.maybe_poll_idle();
             return Ok(got);
         }
         // The reader frees without telling us (we read its free map), so this
@@ -465,14 +499,14 @@ impl Pipe {
         // words long, and nothing writes it until the next sync (under our lock).
         let fresh =
             unsafe { std::slice::from_raw_parts(view as *const u64, self.shape.bitmap / 8) };
+        // Messages the reader freed (in ascending order), given back in one batch.
+        let mut freed = Vec::new();
         for u in freemap::changed(&mut tx.seen, fresh) {
             let off = u * UNIT;
             match tx.allocs.get(&off) {
                 Some(a) if a.written => {
                     tx.allocs.remove(&off);
-                    let freed = tx.space.free(off);
-                    debug_assert!(freed.is_ok());
-                    stats.frees_seen += 1;
+                    freed.push(off);
                 }
                 _ => {
                     stats.refused += 1;
@@ -486,6 +520,10 @@ impl Pipe {
                 }
             }
         }
+        stats.frees_seen += freed.len() as u64;
+        // Every offset was a live allocation of `allocs`, which mirrors `space`.
+        tx.space
+            .free_batch(freed, |_| debug_assert!(false, "allocs and space disagree"));
         Ok(())
     }
 
@@ -566,15 +604,16 @@ impl Pipe {
         // A node-shared peer: write straight through its mapping. Plain stores become
         // visible in program order, so data-before-notice needs only a release fence
         // (a full fence, as in flush, would stall until the peer's lines arrived).
-        let direct = c
-            .native(self.peer, tx.peer_inbox, self.shape.width)
-            .is_some()
-            && c.native(self.peer, slot, slots::WORDS_AT + 16).is_some();
+        let (view, inbox) = (tx.peer_view, tx.peer_inbox);
+        let direct = view.is_some();
         let put = |raddr: usize, src: *const u8, n: usize| -> Result<()> {
-            match c.native(self.peer, raddr, n).filter(|_| direct) {
-                // SAFETY: `n` bytes of the peer's inbox or ring as mapped here (the
-                // conduit said so) from `src`, valid for `n` bytes (the callers below).
-                Some(p) => unsafe { std::ptr::copy_nonoverlapping(src, p, n) },
+            debug_assert!(raddr >= inbox && raddr + n <= inbox + self.shape.inbox_bytes());
+            match view {
+                // SAFETY: `n` bytes of the peer's inbox block (its ring or space: the
+                // callers below) as mapped here, from `src`, valid for `n` bytes.
+                Some(v) => unsafe {
+                    std::ptr::copy_nonoverlapping(src, (v + (raddr - inbox)) as *mut u8, n)
+                },
                 // SAFETY: as above, through the transport; completed by `complete`.
                 None => unsafe { c.put(self.peer, raddr, src, n)? },
             }
@@ -713,11 +752,7 @@ impl Pipe {
         let (off, len) = ((units & !INLINE_BIT) as usize * UNIT, len as usize);
         let ext = extent(len);
         let fits = off.checked_add(ext).is_some_and(|e| e <= self.shape.width);
-        let overlaps = rx
-            .held
-            .range(..off + ext)
-            .next_back()
-            .is_some_and(|(&s, &l)| s + extent(l) > off);
+        let overlaps = fits && rx.any_held(off, ext);
         let bad_inline = inline && (len > slots::INLINE_MAX || self.transfer == Transfer::Pull);
         if !fits || overlaps || bad_inline {
             stats.refused += 1;
@@ -766,7 +801,7 @@ impl Pipe {
                 return Err(e);
             }
         }
-        rx.held.insert(off, len);
+        rx.hold(off, len);
         stats.read += 1;
         stats.bytes_read += len as u64;
         Ok(Some((self.rx_tag << ADDR_SHIFT | off as u64, len)))
@@ -779,7 +814,7 @@ impl Pipe {
         match self.decode(&g, addr)? {
             Side::Rx(off) => {
                 let rx = g.rx.as_mut().expect("decoded");
-                if rx.held.remove(&off).is_none() {
+                if !rx.unhold(off) {
                     bail!(
                         InvalidArg,
                         "{:#x} is not a message this rank holds (not read yet, or already freed: double rpipe_rfree?)",

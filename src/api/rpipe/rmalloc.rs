@@ -18,7 +18,33 @@
 //! offset that is not a live allocation is refused (double free, stray offset),
 //! never corrupting the lists.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::BuildHasherDefault;
+
+/// Hashes an inbox offset with one multiplication, folded so the low bits (the
+/// table's bucket index) depend on every bit: a pipe looks offsets up in its maps and
+/// in the allocator's live set on every call (rmalloc, rwrite, rread, rfree), and an
+/// ordered map or SipHash cost more than the rest of the call.
+#[derive(Default)]
+pub struct OffHasher(u64);
+
+impl std::hash::Hasher for OffHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_usize((self.0 as usize).rotate_left(8) ^ b as usize);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        let h = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = h ^ (h >> 32);
+    }
+}
+
+/// A map keyed by offsets, with [`OffHasher`].
+pub type OffMap<V> = HashMap<usize, V, BuildHasherDefault<OffHasher>>;
 
 /// Allocation policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,9 +73,18 @@ pub struct Rmalloc {
     /// first fit never need it on the allocation path).
     by_size: BTreeSet<(usize, usize)>,
     /// Live allocations: start -> length (rounded to `align`).
-    live: BTreeMap<usize, usize>,
+    live: OffMap<usize>,
     /// Next-fit's roving pointer: where the previous allocation ended.
     cursor: usize,
+    /// Next fit's run `[start, end)`: the rest of the free block the last allocation
+    /// came from, kept out of `free` so the next allocation that fits is one bump of
+    /// `start` (next fit hands out space in address order, so in steady state every
+    /// allocation comes from the run and the maps change only when it is spent).
+    /// Free space, counted in `free_bytes`; it may border free blocks of `free`
+    /// (freed after it was cut), which are merged with it when it ends. Invariant:
+    /// empty (`start == end`) unless the policy is next fit; `cursor == start`
+    /// while it is not empty.
+    run: (usize, usize),
     free_bytes: usize,
 }
 
@@ -65,8 +100,9 @@ impl Rmalloc {
             policy,
             free: BTreeMap::new(),
             by_size: BTreeSet::new(),
-            live: BTreeMap::new(),
+            live: OffMap::default(),
             cursor: 0,
+            run: (0, 0),
             free_bytes: 0,
         };
         if size > 0 {
@@ -88,8 +124,22 @@ impl Rmalloc {
         if self.sized() {
             self.by_size.last().map_or(0, |&(l, _)| l)
         } else {
-            self.free.values().copied().max().unwrap_or(0)
+            let blocks = self.free.values().copied().max().unwrap_or(0);
+            blocks.max(self.run_merged())
         }
+    }
+
+    /// The run's length with the free blocks that border it (0 without a run).
+    fn run_merged(&self) -> usize {
+        let (s, e) = self.run;
+        if e == s {
+            return 0;
+        }
+        let before = self.free.range(..s).next_back();
+        let before = before
+            .filter(|(&ps, &pl)| ps + pl == s)
+            .map_or(0, |(_, &l)| l);
+        before + (e - s) + self.free.get(&e).copied().unwrap_or(0)
     }
 
     /// External fragmentation: 1 − largest free block / free bytes (0 when the
@@ -166,6 +216,13 @@ impl Rmalloc {
     /// waits for frees: flow control).
     pub fn alloc(&mut self, len: usize) -> Option<usize> {
         let need = self.rounded(len)?;
+        let next_fit = self.policy == Policy::NextFit;
+        if next_fit {
+            if self.run.1 - self.run.0 >= need {
+                return Some(self.take_run(need));
+            }
+            self.end_run();
+        }
         let at = self.pick(need)?;
         // `at` lies in the free block starting at or before it.
         let (&s, &l) = self.free.range(..=at).next_back().expect("block");
@@ -173,6 +230,12 @@ impl Rmalloc {
         self.remove_free(s);
         if at > s {
             self.insert_free(s, at - s);
+        }
+        if next_fit {
+            // The rest of the block becomes the run, this allocation its first bump.
+            self.run = (at, s + l);
+            self.free_bytes += s + l - at;
+            return Some(self.take_run(need));
         }
         if at + need < s + l {
             self.insert_free(at + need, s + l - at - need);
@@ -183,13 +246,71 @@ impl Rmalloc {
         Some(at)
     }
 
+    /// The next `need` bytes of the run (it has them).
+    fn take_run(&mut self, need: usize) -> usize {
+        let at = self.run.0;
+        debug_assert!(self.run.1 - at >= need);
+        self.run.0 += need;
+        self.free_bytes -= need;
+        self.live.insert(at, need);
+        self.cursor = self.run.0 % self.size.max(1);
+        self.check();
+        at
+    }
+
+    /// Give what is left of the run back to the free blocks.
+    fn end_run(&mut self) {
+        let (s, e) = std::mem::take(&mut self.run);
+        if e > s {
+            self.free_bytes -= e - s;
+            self.insert_coalesced(s, e);
+        }
+    }
+
     /// Free the allocation starting at `off`, coalescing with its neighbours.
     /// Returns its length.
     pub fn free(&mut self, off: usize) -> Result<usize, FreeError> {
         let l = self.live.remove(&off).ok_or(FreeError::NotAllocated)?;
-        let (mut s, mut e) = (off, off + l);
-        if let Some((&ps, &pl)) = self.free.range(..off).next_back() {
-            if ps + pl == off {
+        self.insert_coalesced(off, off + l);
+        self.check();
+        Ok(l)
+    }
+
+    /// Free many allocations at once, in any order (cheapest ascending, as a writer
+    /// learns them from the reader's free bitmap): neighbours freed together become
+    /// one free block before they reach the free map. `refused` gets every offset that
+    /// is not a live allocation (nothing is changed for it).
+    pub fn free_batch(
+        &mut self,
+        offs: impl IntoIterator<Item = usize>,
+        mut refused: impl FnMut(usize),
+    ) {
+        let mut pending: Option<(usize, usize)> = None;
+        for off in offs {
+            let Some(l) = self.live.remove(&off) else {
+                refused(off);
+                continue;
+            };
+            pending = match pending {
+                Some((s, e)) if e == off => Some((s, off + l)),
+                other => {
+                    if let Some((s, e)) = other {
+                        self.insert_coalesced(s, e);
+                    }
+                    Some((off, off + l))
+                }
+            };
+        }
+        if let Some((s, e)) = pending {
+            self.insert_coalesced(s, e);
+        }
+        self.check();
+    }
+
+    /// Make `[s, e)` a free block, merged with the free blocks that border it.
+    fn insert_coalesced(&mut self, mut s: usize, mut e: usize) {
+        if let Some((&ps, &pl)) = self.free.range(..s).next_back() {
+            if ps + pl == s {
                 self.remove_free(ps);
                 s = ps;
             }
@@ -199,8 +320,6 @@ impl Rmalloc {
             e += nl;
         }
         self.insert_free(s, e - s);
-        self.check();
-        Ok(l)
     }
 
     fn check(&self) {
@@ -210,11 +329,18 @@ impl Rmalloc {
     }
 
     pub fn validate(&self) -> Result<(), String> {
+        let (rs, re) = self.run;
+        if re > rs && (self.policy != Policy::NextFit || self.cursor != rs) {
+            return Err(format!("run [{rs:#x}, {re:#x}) outside next fit's cursor"));
+        }
+        // (start, length, free block of `free`); the run is free space that may
+        // border free blocks, so it never counts as one here.
         let mut blocks: Vec<(usize, usize, bool)> = self
             .free
             .iter()
             .map(|(&s, &l)| (s, l, true))
             .chain(self.live.iter().map(|(&s, &l)| (s, l, false)))
+            .chain((re > rs).then_some((rs, re - rs, false)))
             .collect();
         blocks.sort_unstable();
         let mut at = 0;
@@ -235,7 +361,7 @@ impl Rmalloc {
         if at != self.size {
             return Err(format!("blocks end at {at:#x}, heap size {:#x}", self.size));
         }
-        let fb: usize = self.free.values().sum();
+        let fb = self.free.values().sum::<usize>() + (re - rs);
         if fb != self.free_bytes || (self.sized() && self.by_size.len() != self.free.len()) {
             return Err("free-space counters drifted".into());
         }
@@ -286,5 +412,71 @@ mod tests {
         assert_eq!(h.free(b), Ok(24));
         assert_eq!(h.largest_free(), 64);
         assert_eq!(h.fragmentation(), 0.0);
+    }
+
+    #[test]
+    fn next_fit_run_merges_with_frees_that_border_it() {
+        // Units of 8 bytes, 8 units: a, b from the run, then the run is [16, 64).
+        let mut h = Rmalloc::new(64, 8, Policy::NextFit);
+        let a = h.alloc(8).unwrap();
+        let b = h.alloc(8).unwrap();
+        assert_eq!((a, b), (0, 8));
+        // b borders the run: freed, it is free space of one block with it.
+        h.free(b).unwrap();
+        assert_eq!(h.largest_free(), 56);
+        assert_eq!(h.free_bytes(), 56);
+        // Fill the run exactly, then free everything: one block again.
+        let c = h.alloc(48).unwrap();
+        assert_eq!(c, 16);
+        assert_eq!(h.largest_free(), 8);
+        // Next fit goes on from the cursor (64 wraps to 0): the freed [8, 16).
+        assert_eq!(h.alloc(8), Some(8));
+        for x in [a, 8, c] {
+            h.free(x).unwrap();
+        }
+        assert_eq!(h.largest_free(), 64);
+        h.validate().unwrap();
+        // A request larger than the run but within the run and the free block
+        // before it: the merged block, where next fit without the run puts it.
+        let mut h = Rmalloc::new(64, 8, Policy::NextFit);
+        let x = h.alloc(8).unwrap();
+        let y = h.alloc(8).unwrap();
+        let z = h.alloc(8).unwrap();
+        assert_eq!((x, y, z), (0, 8, 16));
+        h.free(z).unwrap();
+        assert_eq!(h.largest_free(), 48);
+        assert_eq!(h.alloc(48), Some(16));
+        assert_eq!(h.alloc(8), None);
+        h.validate().unwrap();
+    }
+
+    #[test]
+    fn a_batch_of_frees_leaves_the_heap_as_single_frees_do() {
+        for p in [
+            Policy::NextFit,
+            Policy::FirstFit,
+            Policy::BestFit,
+            Policy::WorstFit,
+        ] {
+            let (mut one, mut batch) = (Rmalloc::new(80, 8, p), Rmalloc::new(80, 8, p));
+            for h in [&mut one, &mut batch] {
+                for _ in 0..10 {
+                    h.alloc(8).unwrap();
+                }
+            }
+            let offs = [0, 8, 16, 40, 56, 48, 72];
+            for &o in &offs {
+                one.free(o).unwrap();
+            }
+            let mut refused = Vec::new();
+            batch.free_batch(offs.iter().copied().chain([12, 8]), |o| refused.push(o));
+            assert_eq!(refused, vec![12, 8], "{p:?}");
+            batch.validate().unwrap();
+            assert_eq!(batch.free_bytes(), one.free_bytes());
+            assert_eq!(batch.largest_free(), one.largest_free());
+            for len in [24, 8, 8, 16] {
+                assert_eq!(batch.alloc(len), one.alloc(len), "{p:?}");
+            }
+        }
     }
 }

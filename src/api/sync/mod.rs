@@ -48,20 +48,20 @@ pub(crate) static SUBSYSTEM: crate::api::ctx::Subsystem = crate::api::ctx::Subsy
 /// The process is exiting without `fh_finalize`: say so in every live context's life
 /// word, so peers waiting for one of its calls stop waiting.
 pub fn mark_all_exited() {
-    for c in crate::api::wait::live() {
+    crate::api::wait::for_each_live(|c| {
         if c.state() == crate::api::ctx::State::Live {
             c.set_life(area::Life::Exited);
         }
-    }
+    });
 }
 
 /// Advance the pending split-phase barrier of every live context.
 pub fn progress_all() {
-    for c in crate::api::wait::live() {
+    crate::api::wait::for_each_live(|c| {
         if c.state() == crate::api::ctx::State::Live {
             c.sync_progress();
         }
-    }
+    });
 }
 
 impl CtxInner {
