@@ -5,6 +5,7 @@
  *   mpirun -np 2 bench_rpipe lat out
  *   mpirun -np 2 bench_rpipe policy out
  *   mpirun -np 2|4|8 bench_rpipe random out
+ *   mpirun -np 2 bench_rpipe calls out
  * Every result is a time measured in the same launch as its baselines, reported with
  * the ratio rpipe / baseline (> 1: rpipe is slower). Nothing here asserts a timing;
  * what is checked (aborting on failure) is the data: every message's length, first
@@ -101,6 +102,15 @@
  *          per message (time / messages per rank), messages/s per rank, aggregate
  *          messages/s. BENCH_RPIPE_RANDOM_REPS (default 3) alternating repetitions
  *          of each, medians. CSV: bench_rpipe_random_np<N>.csv.
+ *
+ *  calls   2 ranks. The software each side runs per message, without any wait: rank 0
+ *          sends a batch of BENCH_RPIPE_CALLS_BATCH (default 500) 8 B messages
+ *          (rpipe_rmalloc + two bytes through rpipe_rmem + rpipe_rwrite; then, as
+ *          baseline, MPI_Send of 8 B, eager, into rank 1's unexpected queue) while
+ *          rank 1 waits in a barrier; then rank 1 takes the batch (rpipe_rread +
+ *          rpipe_rmem + check + rpipe_rfree; baseline MPI_Recv + check) while rank 0
+ *          waits. ns per message, median over BENCH_RPIPE_CALLS_ROUNDS (default 400)
+ *          batches of each, interleaved. CSV: bench_rpipe_calls.csv.
  *
  * Library heap: lat needs about 16.1 MiB of FH_HEAP_SIZE per rank (four pipes of
  * width 4 MiB, each costing its width on both ends, plus rings and bitmaps), under
@@ -1010,6 +1020,102 @@ static int run_random(const char *outdir) {
   return 0;
 }
 
+/* ================================================================ calls */
+
+/* One timed batch of `k` messages: writer side on rank 0, then reader side on rank 1
+ * (each while the other waits in a barrier). Returns ns per message on this rank's
+ * side (0 on the side it did not time). */
+static void calls_batch(rpipe_t *p, int k, uint64_t *m, int use_mpi, double *w_ns, double *r_ns) {
+  unsigned char buf[8];
+  MPIB(MPI_Barrier(MPI_COMM_WORLD));
+  if (me == 0) {
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < k; i++) {
+      uint64_t id = m[0] + (uint64_t)i;
+      if (use_mpi) {
+        buf[0] = pat_first(id);
+        buf[7] = pat_last(id);
+        MPIB(MPI_Send(buf, 8, MPI_BYTE, 1, TAG_SR, MPI_COMM_WORLD));
+      } else {
+        rpipe_addr_t a;
+        FHB(rpipe_rmalloc(p, 8, &a));
+        unsigned char *c = rpipe_rmem(p, a);
+        c[0] = pat_first(id);
+        c[7] = pat_last(id);
+        FHB(rpipe_rwrite(p, a));
+      }
+    }
+    *w_ns = (MPI_Wtime() - t0) / k * 1e9;
+  }
+  MPIB(MPI_Barrier(MPI_COMM_WORLD));
+  if (me == 1) {
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < k; i++) {
+      uint64_t id = m[0] + (uint64_t)i;
+      if (use_mpi) {
+        MPIB(MPI_Recv(buf, 8, MPI_BYTE, 0, TAG_SR, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        check_bytes(buf, 8, id, "calls MPI_Recv");
+      } else {
+        rpipe_addr_t a;
+        size_t len;
+        FHB(rpipe_rread(p, &a, &len));
+        if (len != 8) BENCH_DIE("calls: message %llu has %zu bytes", (unsigned long long)id, len);
+        check_bytes(rpipe_rmem(p, a), 8, id, "calls rpipe_rread");
+        FHB(rpipe_rfree(p, a));
+      }
+    }
+    *r_ns = (MPI_Wtime() - t0) / k * 1e9;
+  }
+  m[0] += (uint64_t)k;
+}
+
+static int run_calls(const char *outdir) {
+  if (nranks != 2) {
+    if (me == 0) fprintf(stderr, "bench_rpipe calls: run on exactly 2 ranks (got %d)\n", nranks);
+    return 2;
+  }
+  int k = (int)env_long("BENCH_RPIPE_CALLS_BATCH", 500), rounds = (int)env_long("BENCH_RPIPE_CALLS_ROUNDS", 400);
+  if (k > 1000) BENCH_DIE("BENCH_RPIPE_CALLS_BATCH=%d: at most 1000 (the pipe's notice slots)", k);
+  rpipe_t *p;
+  open_pipe(1 - me, me == 0 ? RPIPE_WRITER : RPIPE_READER, 1 << 20, RPIPE_HALF_DUPLEX, RPIPE_NEXT_FIT, &p);
+  samples_t s[4]; /* rpipe writer, MPI_Send, rpipe reader, MPI_Recv */
+  for (int i = 0; i < 4; i++) samples_init(&s[i], rounds);
+  uint64_t mr = 0, mm = 0;
+  double w, r;
+  for (int i = 0; i < 20; i++) { /* warm-up */
+    calls_batch(p, k, &mr, 0, &w, &r);
+    calls_batch(p, k, &mm, 1, &w, &r);
+  }
+  bench_progress("calls: %d batches of %d messages each way", rounds, k);
+  for (int i = 0; i < rounds; i++) {
+    for (int j = 0; j < 2; j++) {
+      int use_mpi = (i + j) % 2; /* rotate which goes first */
+      w = r = 0;
+      calls_batch(p, k, use_mpi ? &mm : &mr, use_mpi, &w, &r);
+      if (me == 0) samples_add(&s[use_mpi], w);
+      else samples_add(&s[2 + use_mpi], r);
+    }
+  }
+  double med[4] = {0, 0, 0, 0}, all[4];
+  for (int i = 0; i < 4; i++) med[i] = samples_median(&s[i]);
+  MPIB(MPI_Allreduce(med, all, 4, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  if (me == 0) {
+    printf("== bench_rpipe calls: software per 8 B message on each side, no waits (ns, median of %d batches of %d)\n",
+           rounds, k);
+    printf("   writer: rpipe_rmalloc+rmem+rwrite %.0f   MPI_Send %.0f   ratio %.2f\n", all[0], all[1], all[0] / all[1]);
+    printf("   reader: rpipe_rread+rmem+rfree    %.0f   MPI_Recv %.0f   ratio %.2f\n", all[2], all[3], all[2] / all[3]);
+    FILE *f = bench_csv_open(outdir, "bench_rpipe_calls");
+    bench_row_t wr = {"calls_writer", "MPI_Send (eager)", 8, all[0] / 1e3, all[1] / 1e3, 0, 0, rounds};
+    bench_row_t rr = {"calls_reader", "MPI_Recv (unexpected queue)", 8, all[2] / 1e3, all[3] / 1e3, 0, 0, rounds};
+    bench_csv_row(f, &wr);
+    bench_csv_row(f, &rr);
+    fclose(f);
+  }
+  for (int i = 0; i < 4; i++) samples_free(&s[i]);
+  FHB(rpipe_close(p));
+  return 0;
+}
+
 int main(int argc, char **argv) {
   /* lat needs ~16.1 MiB of library heap per rank: leave room if FH_HEAP_SIZE is unset. */
   if (argc > 1 && !strcmp(argv[1], "lat")) setenv("FH_HEAP_SIZE", "48M", 0);
@@ -1019,14 +1125,16 @@ int main(int argc, char **argv) {
   me = bench_rank;
   const char *mode = argc > 1 ? argv[1] : "";
   const char *outdir = argc > 2 ? argv[2] : ".";
-  if (strcmp(mode, "lat") && strcmp(mode, "policy") && strcmp(mode, "random")) {
-    if (me == 0) fprintf(stderr, "usage: bench_rpipe lat|policy|random [outdir]\n");
+  if (strcmp(mode, "lat") && strcmp(mode, "policy") && strcmp(mode, "random") && strcmp(mode, "calls")) {
+    if (me == 0) fprintf(stderr, "usage: bench_rpipe lat|policy|random|calls [outdir]\n");
     MPI_Finalize();
     return 2;
   }
   FHB(fh_init(MPI_COMM_WORLD, NULL, &ctx));
-  int rc = !strcmp(mode, "lat") ? run_lat(outdir, level) : !strcmp(mode, "policy") ? run_policy(outdir)
-                                                                                   : run_random(outdir);
+  int rc = !strcmp(mode, "lat")      ? run_lat(outdir, level)
+           : !strcmp(mode, "policy") ? run_policy(outdir)
+           : !strcmp(mode, "calls")  ? run_calls(outdir)
+                                     : run_random(outdir);
   bench_poll_barrier(ctx);
   FHB(fh_finalize(ctx));
   if (me == 0 && rc == 0) printf("bench_rpipe %s: done (CSV in %s)\n", mode, outdir);

@@ -65,9 +65,11 @@
 #   random  at each rank count of $RPIPE_BENCH_RANDOM_NPS (default "2 4 8"): every
 #           rank sends small messages to random peers over full-duplex pipes to all,
 #           vs the same trace with MPI_Isend/MPI_Iprobe -> bench_rpipe_random_np<N>.csv
+#   calls   2 ranks: the software per 8 B message on each side without waits, rpipe
+#           writer vs eager MPI_Send, reader vs MPI_Recv -> bench_rpipe_calls.csv
 # <outdir>/rpipe/summary.txt has the medians over the runs, headline.txt the targets.
 # BENCH_RPIPE=0 skips it, BENCH_RPIPE=only runs nothing else; BENCH_RPIPE_MODES
-# (default "lat policy random") picks modes. The library heap it needs (lat: about
+# (default "lat policy random calls") picks modes. The library heap it needs (lat: about
 # 16 MiB per rank) fits the default FH_HEAP_SIZE (32M); bench_rpipe lat sets
 # FH_HEAP_SIZE=48M itself when it is unset. About 10 s per run on an idle machine.
 #
@@ -358,9 +360,9 @@ if [ -x "$rp_bin" ] && [ "${BENCH_RPIPE:-1}" != 0 ] && [ "${BENCH_FIREHOSE:-1}" 
   }
   for ((i = 1; i <= rpruns; i++)); do
     echo "rpipe run $i: loadavg $(cut -d' ' -f1-4 /proc/loadavg) at start" >>"$outdir/load.txt"
-    for m in ${BENCH_RPIPE_MODES:-lat policy random}; do
+    for m in ${BENCH_RPIPE_MODES:-lat policy random calls}; do
       case $m in
-      lat | policy) rp_run "$i" "$m" "$rpdir/run$i" 2 "$m" ;;
+      lat | policy | calls) rp_run "$i" "$m" "$rpdir/run$i" 2 "$m" ;;
       random)
         for np in ${RPIPE_BENCH_RANDOM_NPS:-2 4 8}; do
           rp_run "$i" "random_np$np" "$rpdir/run$i" "$np" random

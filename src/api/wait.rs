@@ -4,6 +4,11 @@
 //! their thresholds and the bell are `runtime::wait`; this module runs them for a
 //! context, and keeps the list of live contexts a wait also serves.
 //!
+//! A wait names where its condition comes from ([`Source`]): written into memory by
+//! another rank (the spin stage only tests it, with a pause between tests), or taken
+//! in by this rank's own poll of the transport (an answer, a handshake, a credit: the
+//! spin stage polls too, since pausing would only delay it).
+//!
 //! Guarantees: a wait returns as soon as `done()` holds; past the spin stage every
 //! round progresses the context and runs the subsystems' idle hooks (the split-phase
 //! barriers of every live context); it sleeps only where `FH_WAIT_SLEEP` allows it

@@ -682,15 +682,17 @@ impl Pipe {
     /// after each notice, so a reader that outlasted its spin and yield stages sleeps.
     pub fn rread(&self, wait: bool) -> Result<Option<(u64, usize)>> {
         self.live()?;
-        if !wait {
-            let m = self.take_or_closed()?;
-            if m.is_none() {
-                // As in rmalloc: a caller spinning on try_rread still progresses.
-                self.ctx.maybe_poll_idle();
-            }
-            return Ok(m);
+        if wait {
+            am::check_not_in_handler("rpipe_rread")?;
         }
-        am::check_not_in_handler("rpipe_rread")?;
+        if let Some(m) = self.take_or_closed()? {
+            return Ok(Some(m));
+        }
+        if !wait {
+            // As in rmalloc: a caller spinning on try_rread still progresses.
+            self.ctx.maybe_poll_idle();
+            return Ok(None);
+        }
         let mut got = None;
         self.ctx.wait_rung(
             crate::api::stall::Wait::call("rpipe_rread", Some(self.peer), "a message"),
