@@ -65,7 +65,8 @@ pub(crate) enum Source {
     /// tests, and progress only past the spin stage.
     Written,
     /// It arrives through this rank's own poll of the transport (an answer, a
-    /// handshake, a credit): poll in every round, from the first.
+    /// handshake, a credit): poll in every round, from the first, and once more
+    /// after announcing a sleep (the message may have rung before the announcement).
     Polled,
 }
 
@@ -147,7 +148,15 @@ impl CtxInner {
                     // SAFETY: a bell line of a sync area of this node, mapped for the
                     // context's life (`api::bells`, `sync::node`).
                     let bell = unsafe { Bell::at(p as *mut u8) };
-                    if !bell.sleep(self.bells.bound(live_count()), || done().map(|d| !d))? {
+                    // A polled condition's message may have landed (and rung) before
+                    // we announced ourselves: poll once more after the announcement.
+                    let still = || {
+                        if src == Source::Polled {
+                            self.progress_once()?;
+                        }
+                        done().map(|d| !d)
+                    };
+                    if !bell.sleep(self.bells.bound(live_count()), still)? {
                         return Ok(()); // `done()` held when tested before the sleep
                     }
                     watch.check_now()?;
