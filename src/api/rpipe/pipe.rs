@@ -44,7 +44,8 @@
 //! sequence numbers W assigns and R expects advance by one per message.
 
 use super::freemap;
-use super::rmalloc::{OffMap, Policy, Rmalloc};
+use super::offmap::OffMap;
+use super::rmalloc::{Policy, Rmalloc};
 use super::slots;
 use crate::api::am;
 use crate::api::CtxInner;
@@ -198,12 +199,8 @@ impl Rx {
         (first / 64..end.div_ceil(64)).map(move |w| {
             let lo = first.max(w * 64) - w * 64;
             let hi = end.min(w * 64 + 64) - w * 64;
-            let mask = if hi - lo == 64 {
-                !0
-            } else {
-                ((1u64 << (hi - lo)) - 1) << lo
-            };
-            (w, mask)
+            // hi - lo units, 1 to 64 of them, from bit lo.
+            (w, (!0u64 >> (64 - (hi - lo))) << lo)
         })
     }
 
