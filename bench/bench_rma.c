@@ -6,7 +6,9 @@
  * MPI_Win_lock_all -- the same kind of window firehose uses internally for
  * fh_mem_register'ed memory. Firehose targets (a) fh_mem_register'ed user memory
  * and (b) fh_malloc heap memory (an MPI_Win_create window inside the library; a
- * second baseline on an MPI_Win_create window of our own is reported for it too).
+ * second baseline on an MPI_Win_create window of our own is reported for it too),
+ * and (c) fh_malloc memory beyond the first heap region (a segment the heap grew by;
+ * "seg/heap" compares it with (b): on one node both are plain copies).
  *
  * Each firehose target kind lives in its own context, so the registered case never
  * flushes the heap window and vice versa (the MPI conduit flushes every window
@@ -24,12 +26,12 @@
 #define MAXSZ ((size_t)4 << 20)
 #define BATCH 16
 
-enum { V_REG, V_HEAP, V_RAW_DYN, V_RAW_CREATED, NV };
+enum { V_REG, V_HEAP, V_RAW_DYN, V_RAW_CREATED, V_SEG, NV };
 
 static fh_ctx_t *ctx_reg, *ctx_heap;
 static MPI_Win win_dyn, win_created;
 /* Rank 1's addresses. */
-static void *reg_remote, *heap_remote;
+static void *reg_remote, *heap_remote, *seg_remote;
 static MPI_Aint dyn_disp;
 static unsigned char *src, *dst;
 
@@ -43,6 +45,10 @@ static inline void op(int v, int is_put, size_t off, size_t n) {
   case V_HEAP:
     if (is_put) FHB(fh_put(ctx_heap, 1, (char *)heap_remote + off, src, n));
     else FHB(fh_get(ctx_heap, dst, 1, (char *)heap_remote + off, n));
+    break;
+  case V_SEG:
+    if (is_put) FHB(fh_put(ctx_heap, 1, (char *)seg_remote + off, src, n));
+    else FHB(fh_get(ctx_heap, dst, 1, (char *)seg_remote + off, n));
     break;
   case V_RAW_DYN:
     if (is_put) MPIB(MPI_Put(src, (int)n, MPI_BYTE, 1, dyn_disp + (MPI_Aint)off, (int)n, MPI_BYTE, win_dyn));
@@ -123,7 +129,13 @@ int main(int argc, char **argv) {
   /* Target memory on every rank (only rank 1's is used). */
   unsigned char *reg_buf = aligned_alloc(4096, MAXSZ), *raw_buf = aligned_alloc(4096, MAXSZ);
   unsigned char *heap_buf = fh_malloc(ctx_heap, MAXSZ);
-  if (!reg_buf || !raw_buf || !heap_buf) BENCH_DIE("allocation failed");
+  /* More than the whole first region: a heap segment made on demand. */
+  const char *hs = getenv("FH_HEAP_SIZE");
+  size_t first = hs && strchr(hs, 'M') ? (size_t)atoi(hs) << 20 : (size_t)32 << 20;
+  unsigned char *seg_block = fh_malloc(ctx_heap, first + MAXSZ);
+  unsigned char *seg_buf = seg_block ? seg_block + first : NULL;
+  if (!reg_buf || !raw_buf || !heap_buf || !seg_buf) BENCH_DIE("allocation failed");
+  memset(seg_buf, 0, MAXSZ);
   memset(reg_buf, 0, MAXSZ);
   memset(raw_buf, 0, MAXSZ);
   memset(heap_buf, 0, MAXSZ);
@@ -139,11 +151,14 @@ int main(int argc, char **argv) {
   MPIB(MPI_Win_create(raw_buf, MAXSZ, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win_created));
   MPI_Aint my_disp;
   MPIB(MPI_Get_address(raw_buf, &my_disp));
-  uint64_t mine[3] = {(uint64_t)(uintptr_t)reg_buf, (uint64_t)(uintptr_t)heap_buf, (uint64_t)my_disp}, all[6];
-  MPIB(MPI_Allgather(mine, 3, MPI_UINT64_T, all, 3, MPI_UINT64_T, MPI_COMM_WORLD));
-  reg_remote = (void *)(uintptr_t)all[3];
-  heap_remote = (void *)(uintptr_t)all[4];
-  dyn_disp = (MPI_Aint)all[5];
+  uint64_t mine[4] = {(uint64_t)(uintptr_t)reg_buf, (uint64_t)(uintptr_t)heap_buf, (uint64_t)my_disp,
+                      (uint64_t)(uintptr_t)seg_buf},
+           all[8];
+  MPIB(MPI_Allgather(mine, 4, MPI_UINT64_T, all, 4, MPI_UINT64_T, MPI_COMM_WORLD));
+  reg_remote = (void *)(uintptr_t)all[4];
+  heap_remote = (void *)(uintptr_t)all[5];
+  dyn_disp = (MPI_Aint)all[6];
+  seg_remote = (void *)(uintptr_t)all[7];
   MPIB(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_dyn));
   MPIB(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_created));
 
@@ -162,26 +177,32 @@ int main(int argc, char **argv) {
     FHB(fh_put(ctx_heap, 1, heap_remote, src + 1, 4096));
     FHB(fh_get(ctx_heap, dst, 1, heap_remote, 4096));
     if (memcmp(src + 1, dst, 4096) != 0) BENCH_DIE("heap put/get returned wrong data");
+    FHB(fh_put(ctx_heap, 1, seg_remote, src + 2, 4096));
+    FHB(fh_get(ctx_heap, dst, 1, seg_remote, 4096));
+    if (memcmp(src + 2, dst, 4096) != 0) BENCH_DIE("heap segment put/get returned wrong data");
 
     printf("== bench_rma: MPI thread level %s\n", bench_thread_name(level));
     printf("== bench_rma: blocking put/get latency, rank 0 -> rank 1; ratio = fh / MPI. Per-op time: median over\n"
            "   batches of %d back-to-back ops (<= 32 KiB) or over single ops (larger)\n", BATCH);
     printf("   baseline: MPI_Put|MPI_Get + MPI_Win_flush on an MPI_Win_create_dynamic window (attached buffer,\n"
            "   lock_all); 'created' = same on an MPI_Win_create window (the kind fh_malloc memory uses)\n");
-    printf("%-4s %8s %9s %9s %9s %9s %7s %7s %7s %9s %9s\n", "op", "size", "fh reg", "fh heap", "MPI dyn", "MPI crt",
-           "reg/dyn", "heap/dyn", "heap/crt", "fh MB/s", "MPI MB/s");
+    printf("%-4s %8s %9s %9s %9s %9s %7s %7s %7s %9s %8s %9s %9s\n", "op", "size", "fh reg", "fh heap", "MPI dyn", "MPI crt",
+           "reg/dyn", "heap/dyn", "heap/crt", "fh seg", "seg/heap", "fh MB/s", "MPI MB/s");
     const int all4[4] = {V_REG, V_HEAP, V_RAW_DYN, V_RAW_CREATED};
+    const int all5[5] = {V_REG, V_HEAP, V_SEG, V_RAW_DYN, V_RAW_CREATED};
     for (int is_put = 1; is_put >= 0; is_put--) {
       for (size_t n = 8; n <= MAXSZ; n *= 4) {
         size_t nn = n > MAXSZ ? MAXSZ : n;
         int iters = bench_iters(nn, 32000, 96);
         bench_progress("%s %s: %d iterations per variant", is_put ? "put" : "get", bench_size_str(nn, sz, sizeof sz), iters);
-        measure_blocking(is_put, nn, iters, s, all4, 4, nn <= 32768 ? BATCH : 1);
+        measure_blocking(is_put, nn, iters, s, all5, 5, nn <= 32768 ? BATCH : 1);
         const char *op_name = is_put ? "put" : "get";
         char b1[64], b2[64], b3[64];
         snprintf(b1, sizeof b1, "%s_registered", op_name);
         snprintf(b2, sizeof b2, "%s_heap", op_name);
         snprintf(b3, sizeof b3, "%s_heap_vs_created_win", op_name);
+        char b4[64];
+        snprintf(b4, sizeof b4, "%s_heap_segment", op_name);
         const char *base_dyn = is_put ? "MPI_Put+MPI_Win_flush (dynamic window)" : "MPI_Get+MPI_Win_flush (dynamic window)";
         const char *base_crt = is_put ? "MPI_Put+MPI_Win_flush (MPI_Win_create window)"
                                       : "MPI_Get+MPI_Win_flush (MPI_Win_create window)";
@@ -190,8 +211,12 @@ int main(int argc, char **argv) {
         row(csv, b1, base_dyn, nn, &s[V_REG], &s[V_RAW_DYN]);
         row(csv, b2, base_dyn, nn, &s[V_HEAP], &s[V_RAW_DYN]);
         row(csv, b3, base_crt, nn, &s[V_HEAP], &s[V_RAW_CREATED]);
-        printf("%-4s %8s %8.2fu %8.2fu %8.2fu %8.2fu %7.2f %7.2f %7.2f", op_name, bench_size_str(nn, sz, sizeof sz), mreg,
-               mheap, mdyn, mcrt, mreg / mdyn, mheap / mdyn, mheap / mcrt);
+        row(csv, b4, is_put ? "fh_put into the first heap region" : "fh_get from the first heap region", nn, &s[V_SEG],
+            &s[V_HEAP]);
+        double mseg = samples_median(&s[V_SEG]) * 1e6;
+        printf("%-4s %8s %8.2fu %8.2fu %8.2fu %8.2fu %7.2f %7.2f %7.2f %8.2fu %8.2f", op_name,
+               bench_size_str(nn, sz, sizeof sz), mreg, mheap, mdyn, mcrt, mreg / mdyn, mheap / mdyn, mheap / mcrt, mseg,
+               mseg / mheap);
         if (nn >= 65536) printf(" %9.0f %9.0f", bench_mbps(nn, mreg), bench_mbps(nn, mdyn));
         printf("\n");
         fflush(stdout);

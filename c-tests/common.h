@@ -70,6 +70,26 @@ static inline uint64_t rng_next(uint64_t *s) {
 /* The usual start, after MPI_Init: a context on MPI_COMM_WORLD with the default
  * configuration (the test fails if fh_init does); *me and *np (either may be NULL)
  * get its rank and size, fh_test_rank the rank for the failure messages. */
+/* fh_config_print's output as a string (stdout redirected to a file). */
+static inline char *fh_test_config_text(const fh_ctx_t *c, int *rc) {
+  char path[] = "/tmp/fh_config_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0, "mkstemp");
+  fflush(stdout);
+  int saved = dup(1);
+  dup2(fd, 1);
+  *rc = fh_config_print(c);
+  fflush(stdout);
+  dup2(saved, 1);
+  close(saved);
+  off_t n = lseek(fd, 0, SEEK_END);
+  char *s = calloc(1, (size_t)n + 1);
+  CHECK(pread(fd, s, (size_t)n, 0) == (ssize_t)n, "read back config output");
+  close(fd);
+  unlink(path);
+  return s;
+}
+
 static inline fh_ctx_t *fh_test_init(int *me, int *np) {
   fh_ctx_t *ctx = NULL;
   CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));

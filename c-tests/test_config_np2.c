@@ -41,26 +41,6 @@ static void h_cnt(fh_token_t *tok, void *buf, size_t nbytes, const uint64_t *arg
 /* Barrier that keeps serving active messages (fh_barrier). */
 static void poll_barrier(void) { CHECK_OK(fh_barrier(ctx)); }
 
-/* fh_config_print's output as a string (stdout redirected to a file). */
-static char *capture_config(const fh_ctx_t *c, int *rc) {
-  char path[] = "/tmp/fh_config_XXXXXX";
-  int fd = mkstemp(path);
-  CHECK(fd >= 0, "mkstemp");
-  fflush(stdout);
-  int saved = dup(1);
-  dup2(fd, 1);
-  *rc = fh_config_print(c);
-  fflush(stdout);
-  dup2(saved, 1);
-  close(saved);
-  off_t n = lseek(fd, 0, SEEK_END);
-  char *s = calloc(1, (size_t)n + 1);
-  CHECK(pread(fd, s, (size_t)n, 0) == (ssize_t)n, "read back config output");
-  close(fd);
-  unlink(path);
-  return s;
-}
-
 /* The value and source fh_config_print shows for setting `name`. */
 static void setting(const char *out, const char *name, char *value, char *source) {
   char key[64];
@@ -179,7 +159,7 @@ int main(int argc, char **argv) {
   CHECK(strstr(msg, "FH_HEAP_SIZE") != NULL && strstr(msg, "lots") != NULL, "fh_init error \"%s\" does not name FH_HEAP_SIZE=lots", msg);
   CHECK_RC(fh_init(MPI_COMM_WORLD, &cfg, &bad_ctx), FH_ERR_INVALID_ARG);
   CHECK(bad_ctx == NULL, "ctx_out written by a failed fh_init");
-  char *out = capture_config(NULL, &rc);
+  char *out = fh_test_config_text(NULL, &rc);
   CHECK(rc == FH_ERR_INVALID_ARG, "fh_config_print(NULL) with a malformed environment returned %d", rc);
   free(out);
   unsetenv("FH_HEAP_SIZE");
@@ -187,7 +167,7 @@ int main(int argc, char **argv) {
   /* 2. FH_AM_CREDITS=2 from the environment. */
   setenv("FH_AM_CREDITS", "2", 1);
   start(NULL);
-  out = capture_config(ctx, &rc);
+  out = fh_test_config_text(ctx, &rc);
   CHECK_OK(rc);
   expect_setting(out, "FH_AM_CREDITS", "2", "environment");
   expect_setting(out, "FH_HEAP_SIZE", "32M", "default");
@@ -206,7 +186,7 @@ int main(int argc, char **argv) {
   cfg.am_max_medium = 4096;
   cfg.heap_size = 1 << 20;
   start(&cfg);
-  out = capture_config(ctx, &rc);
+  out = fh_test_config_text(ctx, &rc);
   CHECK_OK(rc);
   expect_setting(out, "FH_AM_CREDITS", "3", "fh_config_t");
   expect_setting(out, "FH_AM_MAX_MEDIUM", "4K", "fh_config_t");
@@ -236,14 +216,14 @@ int main(int argc, char **argv) {
   CHECK(cfg.am_credits == 5, "fh_config_init did not read FH_AM_CREDITS (%u)", cfg.am_credits);
   cfg.am_credits = 3;
   start(&cfg);
-  out = capture_config(ctx, &rc);
+  out = fh_test_config_text(ctx, &rc);
   CHECK_OK(rc);
   expect_setting(out, "FH_AM_CREDITS", "5", "environment");
   free(out);
   back_pressure(5);
   CHECK_OK(fh_finalize(ctx));
   setenv("FH_AM_CREDITS", "7", 1);
-  out = capture_config(NULL, &rc);
+  out = fh_test_config_text(NULL, &rc);
   CHECK_OK(rc);
   expect_setting(out, "FH_AM_CREDITS", "7", "environment");
   expect_setting(out, "FH_AM_MAX_MEDIUM", "32K", "default");

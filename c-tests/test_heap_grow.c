@@ -1,8 +1,9 @@
 /* The heap grows as a stranger would find out: fh_malloc more than FH_HEAP_SIZE (one
  * block larger than the whole heap, then many that fill it several times over), and
- * every other rank reaches the new memory with puts, gets and atomics; blocks are
- * freed and reused; freeing an address inside a block is refused. Run with the
- * default heap and with FH_HEAP_SIZE=1M FH_SHM=0 (scripts/run-c-tests.sh). */
+ * every other rank reaches the new memory with puts, gets and atomics; on one node
+ * the new segments are mapped by the node peers that use them; blocks are freed and
+ * reused; freeing an address inside a block is refused. Run with the default heap
+ * and with FH_HEAP_SIZE=1M FH_SHM=0 (scripts/run-c-tests.sh). */
 #include "common.h"
 
 #define SMALL (256 * 1024)
@@ -49,6 +50,26 @@ int main(int argc, char **argv) {
   unsigned char back[64];
   CHECK_OK(fh_get(ctx, back, right, rb + big_len - 64, 64));
   CHECK(back[0] == me + 1, "get from the grown heap");
+
+  /* Where the node shares heaps and the kernel copy reaches node peers, the new
+   * segments are shared too: the right neighbour's segments we just used are
+   * mapped here (fh_config_print says how many). */
+  int rc = 0;
+  char *cfg = fh_test_config_text(ctx, &rc);
+  CHECK_OK(rc);
+  const char *shm = getenv("FH_SHM");
+  int shared_node = np > 1 && !(shm && strcmp(shm, "0") == 0) &&
+                    strstr(cfg, "kernel single copy to node peers: on") != NULL;
+  const char *line = strstr(cfg, "heap segments shared with node peers: ");
+  CHECK(line != NULL, "fh_config_print has no heap segments line:\n%s", cfg);
+  int ours = -1, theirs = -1;
+  if (sscanf(line, "heap segments shared with node peers: on (%d of ours, %d of theirs", &ours, &theirs) == 2) {
+    CHECK(shared_node, "segments shared without a shared node: %.120s", line);
+    CHECK(ours >= 1 && theirs >= 1, "the grown heap is not shared with node peers: %.120s", line);
+  } else {
+    CHECK(!shared_node, "segments not shared on a shared node: %.120s", line);
+  }
+  free(cfg);
 
   /* atomics on a word of rank 0's big block, from every rank */
   uint64_t *w = (uint64_t *)((unsigned char *)bigs[0] + heap);

@@ -288,7 +288,7 @@ impl CtxInner {
             self.size
         );
         s.push_str(&self.cfg.render());
-        for l in self.info.lock().iter() {
+        for l in self.info.lock().iter().chain(&self.conduit.describe_now()) {
             s.push_str(&format!("  {}\n", l));
         }
         s

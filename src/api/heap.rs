@@ -9,8 +9,11 @@
 //! Segments (issue 18): when the first region (`FH_HEAP_SIZE`) has no room, `fh_malloc`
 //! maps a new one of at least that size and registers it as `fh_mem_register` would
 //! (`CtxInner::grow_heap`), so a peer finds it the way it finds any registration: in
-//! this rank's registration table, read one-sidedly, without this rank's CPU. Segments
-//! live until the context is finalized.
+//! this rank's registration table, read one-sidedly, without this rank's CPU. The
+//! conduit provides the memory (`Conduit::heap_segment`). On the MPI conduit, node
+//! peers map it on their first access, and from then on their puts and gets are
+//! memory copies (`conduit/mpi/segs.rs`). Segments live until the context is
+//! finalized.
 
 use crate::bail;
 use crate::runtime::error::Result;

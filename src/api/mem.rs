@@ -69,7 +69,7 @@ impl CtxInner {
                 ram
             );
         }
-        let map = os::Mapping::new(want)?;
+        let map = self.conduit.heap_segment(want)?;
         self.mem_register(map.addr(), map.len())?;
         self.segments.add(map, nbytes)
     }

@@ -187,6 +187,12 @@ pub trait Conduit: Send + Sync {
     fn heap(&self) -> (usize, usize);
     /// Rank `rank`'s library heap `(base, len)` in its address space.
     fn remote_heap(&self, rank: usize) -> (usize, usize);
+    /// Memory for a further heap segment of at least `len` bytes (the caller
+    /// registers it). A conduit that shares heaps with node peers makes it shareable
+    /// too, and tells those peers where it is without needing this rank's CPU later.
+    fn heap_segment(&self, len: usize) -> Result<crate::runtime::os::Mapping> {
+        crate::runtime::os::Mapping::new(len)
+    }
 
     /// Make local `[addr, addr+len)` remotely accessible.
     fn register(&self, addr: usize, len: usize) -> Result<()>;
@@ -386,6 +392,12 @@ pub trait Conduit: Send + Sync {
 
     /// Lines for `fh_config_print` about the transport.
     fn describe(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Lines for `fh_config_print` about what changes while the context runs
+    /// (asked at each print; [`Conduit::describe`] is asked once, at init).
+    fn describe_now(&self) -> Vec<String> {
         Vec::new()
     }
 

@@ -1,5 +1,5 @@
 //! Operating-system facilities: page size, "is this range mapped", mlock/munlock,
-//! anonymous mappings.
+//! anonymous mappings, and mappings shared with node peers by file descriptor.
 //!
 //! Guarantees: `is_mapped` never touches the memory it checks (it asks the kernel
 //! with `mincore`), so a bogus address from a remote rank can be refused without
@@ -679,6 +679,73 @@ impl Mapping {
             len,
         })
     }
+    /// `len` bytes of the open file `fd`, shared (writes are seen by every process
+    /// that maps the file).
+    fn of_fd(fd: i32, len: usize) -> Result<Mapping> {
+        // SAFETY: a shared mapping of a descriptor the caller holds open, no fixed
+        // address; the caller checked the file has `len` bytes.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            bail!(
+                NoMemory,
+                "mmap of {} shared bytes failed: {}",
+                len,
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok(Mapping {
+            addr: p as usize,
+            len,
+        })
+    }
+
+    /// Map the [`SharedMapping`] that process `pid` holds open as descriptor `fd`,
+    /// `len` bytes. The peer wrote `fd` and `len` itself, so nothing is trusted: the
+    /// file must be a regular file of at least `len` bytes, sealed against shrinking
+    /// (else a later truncation would make our accesses fault).
+    pub fn of_peer(pid: i32, fd: u64, len: usize) -> Result<Mapping> {
+        use std::os::fd::AsRawFd;
+        if len == 0 || len % page_size() != 0 || fd > i32::MAX as u64 {
+            bail!(
+                InvalidArg,
+                "fd {} of {} bytes is no shared segment",
+                fd,
+                len
+            );
+        }
+        let path = format!("/proc/{}/fd/{}", pid, fd);
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| err!(Access, "opening {}: {}", path, e))?;
+        let meta = f.metadata().map_err(|e| err!(Access, "{}: {}", path, e))?;
+        // SAFETY: F_GET_SEALS on a descriptor we hold.
+        let seals = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GET_SEALS) };
+        if !meta.is_file()
+            || meta.len() < len as u64
+            || seals < 0
+            || seals & libc::F_SEAL_SHRINK == 0
+        {
+            bail!(
+                Access,
+                "{} is not a sealed shared segment of {} bytes",
+                path,
+                len
+            );
+        }
+        Mapping::of_fd(f.as_raw_fd(), len)
+    }
+
     pub fn addr(&self) -> usize {
         self.addr
     }
@@ -687,6 +754,57 @@ impl Mapping {
     }
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+}
+
+/// A mapping another process of this node can map too: an anonymous shared-memory
+/// file (`memfd_create`) sealed against shrinking and growing, so a process that maps
+/// it can never touch a page past its end (SIGBUS) whatever the creator does later.
+/// Peers open it as `/proc/<pid>/fd/<fd>` ([`Mapping::of_peer`]), which the kernel
+/// allows to processes that may read the creator's memory anyway (the permission the
+/// single copy needs). The file lives while the creator keeps `fd` open or anyone
+/// keeps it mapped.
+pub struct SharedMapping {
+    pub map: Mapping,
+    pub fd: std::os::fd::OwnedFd,
+}
+
+impl SharedMapping {
+    pub fn new(len: usize) -> Result<SharedMapping> {
+        use std::os::fd::FromRawFd;
+        let len = page_span(0, len).1.max(page_size());
+        let fail = |what: &str| {
+            err!(
+                NoMemory,
+                "{} for a shared segment of {} bytes failed: {}",
+                what,
+                len,
+                std::io::Error::last_os_error()
+            )
+        };
+        // SAFETY: a constant C string and flags; the returned descriptor is owned below.
+        let raw = unsafe {
+            libc::memfd_create(
+                c"firehose-heap".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
+        if raw < 0 {
+            return Err(fail("memfd_create"));
+        }
+        // SAFETY: `raw` is a new descriptor nobody else owns.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: plain calls on the descriptor we own.
+        if unsafe { libc::ftruncate(raw, len as libc::off_t) } != 0 {
+            return Err(fail("ftruncate"));
+        }
+        // SAFETY: as above.
+        if unsafe { libc::fcntl(raw, libc::F_ADD_SEALS, seals) } != 0 {
+            return Err(fail("sealing"));
+        }
+        let map = Mapping::of_fd(raw, len).map_err(|_| fail("mmap"))?;
+        Ok(SharedMapping { map, fd })
     }
 }
 

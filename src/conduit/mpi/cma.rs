@@ -77,6 +77,24 @@ pub(super) fn single_copy_peers(
     )
 }
 
+/// A put (`local` to `at`) or get (`at` to `local`) as a memory copy, complete on
+/// return; the release fence keeps later stores (a notification flag) from becoming
+/// visible first.
+///
+/// # Safety
+/// Both ranges valid for `len` bytes.
+pub(super) unsafe fn plain_copy(put: bool, at: usize, local: usize, len: usize) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if put {
+            std::ptr::copy(local as *const u8, at as *mut u8, len)
+        } else {
+            std::ptr::copy(at as *const u8, local as *mut u8, len)
+        }
+    }
+    std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+}
+
 impl MpiConduit {
     /// The process id of `rank` when it is reached with the kernel's single copy.
     #[inline]
@@ -106,6 +124,13 @@ impl MpiConduit {
         local: usize,
         len: usize,
     ) -> Result<()> {
+        if let Some(at) = self.seg_view(rank, raddr, len) {
+            // SAFETY: `at` is the peer's shared heap segment mapped here, in range
+            // (seg_view checked the whole span); `local` is valid for len bytes
+            // (the callers' contract).
+            unsafe { plain_copy(put, at, local, len) };
+            return Ok(());
+        }
         let Some(pid) = self.pid_for_copy(rank) else {
             bail!(
                 Unsupported,

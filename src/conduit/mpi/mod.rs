@@ -33,6 +33,7 @@ pub mod interop;
 mod node_am;
 mod ring;
 mod rma;
+mod segs;
 mod shm;
 mod split;
 mod startup;
@@ -149,6 +150,8 @@ pub struct MpiConduit {
     send: Mutex<SendState>,
     /// AMs to node peers through shared-memory rings (`FH_SHM`; `node_am`).
     node: Option<node_am::NodeAm>,
+    /// Heap segments shared with node peers (`segs`; `FH_SHM` with the single copy).
+    segs: Option<segs::SharedSegs>,
     barrier: Mutex<Option<H<ffi::MPI_Request>>>,
     /// `MPI_Iallreduce(MAX)` of three words in flight (FH_BARRIER=mpi): request and
     /// the in/out buffers it uses (boxed: they must not move while it runs).
@@ -217,6 +220,10 @@ impl Conduit for MpiConduit {
 
     fn remote_heap(&self, rank: usize) -> (usize, usize) {
         self.remote_heaps[rank]
+    }
+
+    fn heap_segment(&self, len: usize) -> Result<Mapping> {
+        self.shared_segment(len)
     }
 
     fn register(&self, addr: usize, len: usize) -> Result<()> {
@@ -446,6 +453,18 @@ impl Conduit for MpiConduit {
         pieces: &[(usize, usize, usize)],
     ) -> Option<Result<()>> {
         let pid = self.single_copy_pid(rank)?;
+        let views: Option<Vec<usize>> = pieces
+            .iter()
+            .map(|&(raddr, _, len)| self.seg_view(rank, raddr, len))
+            .collect();
+        if let Some(views) = views {
+            for (&at, &(_, local, len)) in views.iter().zip(pieces) {
+                // SAFETY: `at` lies in a node peer's shared heap segment mapped here
+                // (seg_view checked the span); local pieces per the contract.
+                unsafe { cma::plain_copy(put, at, local, len) };
+            }
+            return Some(Ok(()));
+        }
         let dir = if put {
             crate::runtime::os::VmDir::Write
         } else {
@@ -483,6 +502,10 @@ impl Conduit for MpiConduit {
 
     fn max3_test(&self) -> Result<Option<[u64; 3]>> {
         self.test_max3()
+    }
+
+    fn describe_now(&self) -> Vec<String> {
+        vec![self.segs_note()]
     }
 
     fn describe(&self) -> Vec<String> {

@@ -145,16 +145,8 @@ impl MpiConduit {
                 // SAFETY: `at` is the same heap bytes mapped into this process (MPI
                 // shared window of this node), in range per the check above; `local`
                 // is valid for len bytes (contract). The copy is complete on return,
-                // so a later flush has nothing to wait for; the release fence keeps
-                // later stores (a notification flag) from becoming visible first.
-                unsafe {
-                    if is_put {
-                        std::ptr::copy(local as *const u8, at as *mut u8, len)
-                    } else {
-                        std::ptr::copy(at as *const u8, local, len)
-                    }
-                }
-                fence(Ordering::Release);
+                // so a later flush has nothing to wait for.
+                unsafe { super::cma::plain_copy(is_put, at, local as usize, len) };
                 return Ok(());
             }
         }

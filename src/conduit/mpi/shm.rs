@@ -27,6 +27,9 @@ pub(super) struct NodeMapping {
     pub(super) raw: usize,
     pub(super) base: usize,
     pub(super) len: usize,
+    /// Where each member's directory of further heap segments (`segs`) starts,
+    /// from the start of its heap (the same for every member).
+    pub(super) dir_off: usize,
     /// Ranks (of the conduit's communicator) on this node, and their segments here.
     pub(super) members: Vec<usize>,
     pub(super) views: Vec<usize>,
@@ -35,7 +38,9 @@ pub(super) struct NodeMapping {
 impl NodeMapping {
     /// `max`: at most this many ranks per mapping (0: the whole node), as if the
     /// node were several (`FH_SHM_MAX_RANKS`). Each segment holds the heap, then
-    /// `rings(members)` bytes (the rank's AM receive ring, zeroed here), page-aligned.
+    /// `rings(members)` bytes (the rank's AM receive ring), then the directory of the
+    /// rank's further heap segments (`segs::DIR_BYTES`); ring and directory are zeroed
+    /// here, and the segment is page-aligned.
     pub(super) fn new(
         comm: ffi::MPI_Comm,
         heap_size: usize,
@@ -45,8 +50,8 @@ impl NodeMapping {
         let page = os::page_size();
         let len = os::page_span(0, heap_size).1.max(page);
         let (node, members) = node_members_max(comm, max)?;
-        let ring = rings(members.len());
-        let seg = len + page + ring;
+        let ring = rings(members.len()).next_multiple_of(64);
+        let seg = len + page + ring + super::segs::DIR_BYTES;
         // SAFETY: (whole block) plain MPI calls on a valid communicator with
         // out-parameters that live on this stack frame; every handle created is
         // either returned (and freed at finalize) or freed on the error path.
@@ -109,15 +114,16 @@ impl NodeMapping {
                 free_node(node);
                 return Err(e);
             }
-            // Our ring starts empty before any peer can know where it is (the
-            // start-up exchange comes after).
-            std::ptr::write_bytes((base + len) as *mut u8, 0, ring);
+            // Our ring and directory start empty before any peer can know where
+            // they are (the start-up exchange comes after).
+            std::ptr::write_bytes((base + len) as *mut u8, 0, ring + super::segs::DIR_BYTES);
             Ok(NodeMapping {
                 win: H(win),
                 node: H(node),
                 raw,
                 base,
                 len,
+                dir_off: len + ring,
                 members,
                 views,
             })

@@ -329,6 +329,13 @@ impl MpiConduit {
                 )
             }
         });
+        // Segments are shared only where a node peer may open our files: the same
+        // permission as the single copy's.
+        let segs = heap
+            .shm
+            .as_ref()
+            .filter(|_| cma.iter().any(|&p| p != 0))
+            .map(|sh| segs::SharedSegs::new(size, sh.dir_off - sh.len));
         let c = MpiConduit {
             caps: Caps {
                 name: "mpi",
@@ -358,6 +365,7 @@ impl MpiConduit {
             heap_at: heap.at,
             _heap_map: heap.map,
             shm: heap.shm,
+            segs,
             all_native: !windows
                 || ex
                     .peer_heaps
