@@ -273,18 +273,21 @@ pub fn combine(acc: &mut [u8], x: &[u8], dt: i32, op: i32) {
 
 /// Binomial tree in rank order: (parent, children in increasing distance).
 fn binomial(me: usize, n: usize) -> (Option<usize>, Vec<usize>) {
-    let mut kids = Vec::new();
-    let mut k = 1usize;
-    while k < n {
-        if me & k != 0 {
-            return (Some(me - k), kids);
-        }
-        if me + k < n {
-            kids.push(me + k);
-        }
-        k <<= 1;
-    }
-    (None, kids)
+    let low = if me == 0 {
+        None
+    } else {
+        Some(me & me.wrapping_neg())
+    };
+    (low.map(|k| me - k), binomial_kids(me, n).collect())
+}
+
+/// The children of `me` in the binomial tree of `n` ranks, nearest first
+/// (`me + 1, me + 2, me + 4, ...` below `me`'s lowest set bit), without allocating.
+fn binomial_kids(me: usize, n: usize) -> impl Iterator<Item = usize> {
+    std::iter::successors(Some(1usize), |k| k.checked_mul(2))
+        .take_while(move |&k| k < n && me & k == 0)
+        .map(move |k| me + k)
+        .filter(move |&c| c < n)
 }
 
 /// Ranks in the binomial subtree of `r`: [r, r + span).
@@ -1261,6 +1264,27 @@ mod tests {
         let d8 = (1..n).map(|r| depth(&postal_tree(n, 8), r)).max().unwrap();
         assert!(d8 < d1, "λ=8 depth {} vs binomial {}", d8, d1);
         assert!(postal_tree(n, 8).children[0].len() > postal_tree(n, 1).children[0].len());
+    }
+
+    /// The tree as a loop over the bits of `me` would build it.
+    #[test]
+    fn binomial_parent_and_kids_match_the_bit_loop() {
+        for n in 1..70 {
+            for me in 0..n {
+                let (mut parent, mut kids, mut k) = (None, Vec::new(), 1usize);
+                while k < n {
+                    if me & k != 0 {
+                        parent = Some(me - k);
+                        break;
+                    }
+                    if me + k < n {
+                        kids.push(me + k);
+                    }
+                    k <<= 1;
+                }
+                assert_eq!(binomial(me, n), (parent, kids), "n {} me {}", n, me);
+            }
+        }
     }
 
     #[test]

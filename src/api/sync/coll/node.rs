@@ -27,14 +27,17 @@
 //! call `s` (even one that then fails at once, so calls refused on every rank keep
 //! the count): everything it read for earlier calls it has read.
 
-use super::{binomial, describe, Call, Comb, K_ALLREDUCE, K_REDUCE};
+use super::{binomial_kids, describe, span, Call, Comb, K_ALLREDUCE, K_REDUCE};
 use crate::api::ctx::CtxInner;
 use crate::api::sync::area::NSLOT;
 use crate::api::sync::chan::Desc;
 use crate::api::sync::state::CollState;
 use crate::err;
 use crate::runtime::error::Result;
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Relaxed, Release, SeqCst},
+};
 
 /// Header modes.
 const TREE: u64 = 0;
@@ -90,7 +93,8 @@ impl CtxInner {
     pub(super) fn node_entered(&self, seq: u64) {
         let nd = &self.sync.node;
         if nd.ok && nd.alone() {
-            w(nd.val_at[nd.idx] + 16).store(seq - 1, SeqCst);
+            // Release: our reads of the earlier slots come before it.
+            w(nd.val_at[nd.idx] + 16).store(seq - 1, Release);
             self.ring_node();
         }
     }
@@ -129,10 +133,16 @@ impl CtxInner {
             // NSLOT bytes that no rank reads before the header below says `s`.
             unsafe { std::ptr::copy_nonoverlapping(src as *const u8, (slot + 64) as *mut u8, len) };
         }
-        w(slot + 8).store(desc_word(&d), SeqCst);
-        w(slot + 16).store(d.nbytes, SeqCst);
-        w(slot + 24).store(mode, SeqCst);
-        w(slot).store(s, SeqCst);
+        // The header's fields, then `seq` with release: a reader that loads `seq`
+        // sees them (message passing; no rank reads another location of ours in
+        // between, and the bells order the sleeper's side). Plain stores let the
+        // whole line commit at once, while the peers spin on `seq` in that line;
+        // sequentially consistent ones would drain it store by store, and each
+        // spinning read in between takes the line away again.
+        w(slot + 8).store(desc_word(&d), Relaxed);
+        w(slot + 16).store(d.nbytes, Relaxed);
+        w(slot + 24).store(mode, Relaxed);
+        w(slot).store(s, Release);
         self.ring_node();
         Ok(())
     }
@@ -290,16 +300,19 @@ impl CtxInner {
     /// The reduction of rank `r`'s binomial subtree into `out`: its operand, then
     /// each child's subtree in turn — the order of the tree path (documented as
     /// "rank order"), so both paths give the same bits.
+    /// A leaf child's operand is combined straight from its slot; a scratch buffer is
+    /// made only for a child with a subtree of its own (none at 2 ranks).
     fn node_fold<'a>(&self, c: Comb, r: usize, out: &mut [u8], data: &dyn Fn(usize) -> &'a [u8]) {
         out.copy_from_slice(data(r));
-        let (_, kids) = binomial(r, self.size);
-        if kids.is_empty() {
-            return;
-        }
-        let mut sub = vec![0u8; out.len()];
-        for k in kids {
-            self.node_fold(c, k, &mut sub, data);
-            c.apply(out, &sub);
+        let mut sub: Option<Vec<u8>> = None;
+        for k in binomial_kids(r, self.size) {
+            if span(k, self.size) == 1 {
+                c.apply(out, data(k));
+            } else {
+                let s = sub.get_or_insert_with(|| vec![0u8; out.len()]);
+                self.node_fold(c, k, s, data);
+                c.apply(out, s);
+            }
         }
     }
 }
