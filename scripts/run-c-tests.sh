@@ -61,9 +61,11 @@ expect_exit() {
     echo "$out" | tail -30 | sed 's/^/     | /'
   fi
 }
-# The heap grows past a small FH_HEAP_SIZE into registered segments.
+# The heap grows past a small FH_HEAP_SIZE into registered segments; with the node
+# cut into mappings of 2 ranks, only peers of one mapping map each other's segments.
 extra test_heap_grow 4 - FH_HEAP_SIZE=4M FH_SHM=0
 extra test_heap_grow 2 - FH_HEAP_SIZE=4M
+extra test_heap_grow 4 - FH_SHM_MAX_RANKS=2
 # Notify counters and word locks through MPI RMA (the off-node path).
 extra test_signal 4 - FH_SHM=0
 # Barriers and small collectives under skew at every rank count from 2 to 8 (2, 4
