@@ -1,7 +1,8 @@
 /* The heap grows as a stranger would find out: fh_malloc more than FH_HEAP_SIZE (one
  * block larger than the whole heap, then many that fill it several times over), and
  * every other rank reaches the new memory with puts, gets and atomics; on one node
- * the new segments are mapped by the node peers that use them; blocks are freed and
+ * the new segments are mapped by the node peers that use them; registering,
+ * unregistering or invalidating segment memory is refused; blocks are freed and
  * reused; freeing an address inside a block is refused. Run with the default heap
  * and with FH_HEAP_SIZE=1M FH_SHM=0 (scripts/run-c-tests.sh). */
 #include "common.h"
@@ -81,6 +82,19 @@ int main(int argc, char **argv) {
   CHECK_OK(fh_atomic_fetch_u64(ctx, 0, w, &total));
   CHECK(total == 100u * (uint64_t)np, "atomics on a grown heap word: %llu", (unsigned long long)total);
   CHECK_OK(fh_barrier(ctx));
+
+  /* Segment memory stays registered, as the first region does: registering,
+   * unregistering or invalidating it is refused, and it still works afterwards. */
+  char msg[256];
+  CHECK(fh_mem_register(ctx, big + heap, 4096) == FH_ERR_INVALID_ARG, "fh_mem_register on a segment");
+  fh_last_error(msg, sizeof msg);
+  CHECK(strstr(msg, "library heap") != NULL, "the refusal names the heap: %s", msg);
+  CHECK(fh_mem_unregister(ctx, big, big_len) == FH_ERR_INVALID_ARG, "fh_mem_unregister on a segment");
+  CHECK(fh_mem_invalidate(ctx, big + 64, 64) == FH_ERR_INVALID_ARG, "fh_mem_invalidate on a segment");
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK_OK(fh_put(ctx, right, rb + 64, src, 64));
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK(big[64] == left + 1, "a segment still takes puts after the refusals");
 
   /* free and reuse; a pointer into a block is refused */
   fh_free(ctx, small[3] + 64);

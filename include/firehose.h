@@ -1962,7 +1962,7 @@ void fh_free(struct fh_ctx_t *ctx, void *ptr);
  * Make `[addr, addr+len)` of this rank remotely accessible (registered with the
  * conduit and, with FH_PIN=mlock, locked in RAM) until fh_mem_unregister. The range
  * must be mapped readable and writable and must not overlap another registration or
- * the library heap. Peers find the registration in this rank's registration table
+ * the library heap (its first region or a segment it grew by). Peers find the registration in this rank's registration table
  * with one-sided reads: their first access sends no message. If mlock fails
  * (RLIMIT_MEMLOCK) the range is registered without locking. Firehose pins other
  * ranks hold in the range are dropped first (they are told and answer inside any
@@ -1973,13 +1973,16 @@ void fh_free(struct fh_ctx_t *ctx, void *ptr);
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */
-int fh_mem_register(struct fh_ctx_t *ctx, void *addr, size_t len);
+int fh_mem_register(struct fh_ctx_t *ctx,
+                    void *addr,
+                    size_t len);
 
 /**
  * Undo fh_mem_register of exactly this range. Every rank that cached the
  * registration is told to drop it and complete its operations first, so no peer
  * accesses the range afterwards (one AM round trip per such peer). Errors:
- * FH_ERR_NOT_PINNED if no registration matches.
+ * FH_ERR_NOT_PINNED if no registration matches, FH_ERR_INVALID_ARG for library heap
+ * memory (it stays registered until fh_finalize).
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */
@@ -1991,6 +1994,8 @@ int fh_mem_unregister(struct fh_ctx_t *ctx, void *addr, size_t len);
  * and complete its operations, and acknowledges, before this returns; they must be
  * polling). Call it after munmap/free and before the memory is reused, so no rank
  * keeps writing through a stale pin. FH_OK even if nothing overlapped.
+ * FH_ERR_INVALID_ARG for a range overlapping a segment of the library heap (fh_malloc
+ * memory stays registered until fh_finalize; give it back with fh_free).
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */

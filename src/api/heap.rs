@@ -158,6 +158,14 @@ impl Segments {
         a
     }
 
+    /// Whether `[start, end)` overlaps a segment.
+    pub fn overlaps(&self, start: usize, end: usize) -> bool {
+        self.list
+            .read()
+            .iter()
+            .any(|(_, m)| start < m.addr() + m.len() && m.addr() < end)
+    }
+
     /// Free `addr` if a segment holds it (`None`: no segment does).
     pub fn free(&self, addr: usize) -> Option<Result<()>> {
         let g = self.list.read();
@@ -202,6 +210,8 @@ mod tests {
             "an inner address is refused"
         );
         assert!(s.free(1).is_none(), "an address of no segment");
+        assert!(s.overlaps(a + 10, a + 11) && s.overlaps(a - 8, a + 1));
+        assert!(!s.overlaps(a - 8, a) && !s.overlaps(1, 2));
         s.free(a).unwrap().unwrap();
         assert_eq!(s.alloc(30000), Some(a), "freed space is reused");
     }

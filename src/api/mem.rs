@@ -115,6 +115,7 @@ impl CtxInner {
                 len
             );
         }
+        self.refuse_segment(addr, end, "fh_mem_register")?;
         if !os::Maps::read().allows(addr, len, os::Need::ReadWrite) {
             bail!(
                 Access,
@@ -228,8 +229,25 @@ impl CtxInner {
         let end = addr
             .checked_add(len)
             .ok_or_else(|| err!(InvalidArg, "range wraps around"))?;
+        self.refuse_segment(addr, end, "fh_mem_unregister")?;
         let region = self.local_regs.remove_exact(addr, end)?;
         self.retract(addr, region)
+    }
+
+    /// The heap's segments are registered by the library for the context's life:
+    /// the registration calls refuse them, as they refuse the first region.
+    fn refuse_segment(&self, addr: usize, end: usize, call: &str) -> Result<()> {
+        if self.segments.overlaps(addr, end) {
+            bail!(
+                InvalidArg,
+                "{}: [{:#x}, {:#x}) overlaps the library heap (a segment fh_malloc added), \
+                 which stays registered until fh_finalize; give fh_malloc memory back with fh_free",
+                call,
+                addr,
+                end
+            );
+        }
+        Ok(())
     }
 
     /// Drop every registration overlapping `[addr, addr+len)`, everywhere it is cached.
@@ -242,6 +260,7 @@ impl CtxInner {
         let end = addr
             .checked_add(len)
             .ok_or_else(|| err!(InvalidArg, "range wraps around"))?;
+        self.refuse_segment(addr, end.max(addr + 1), "fh_mem_invalidate")?;
         let gone = self.local_regs.remove_overlapping(addr, end.max(addr + 1));
         let n = gone.len() + self.fh_invalidate(addr, end.max(addr + 1))?;
         let mut first = Ok(());
