@@ -96,6 +96,39 @@ int main(int argc, char **argv) {
   MPI_Barrier(MPI_COMM_WORLD);
   CHECK(big[64] == left + 1, "a segment still takes puts after the refusals");
 
+  /* A segment whose registration fails is not handed out, and not listed for the
+   * node peers either: fill this rank's registrations, then ask for more than any
+   * segment holds. */
+  int ours_before = -1, ours_after = -2, dummy;
+  cfg = fh_test_config_text(ctx, &rc);
+  line = strstr(cfg, "heap segments shared with node peers: on (");
+  if (line) sscanf(line, "heap segments shared with node peers: on (%d of ours, %d", &ours_before, &dummy);
+  free(cfg);
+  enum { MAXREG = 256 };
+  void *regs[MAXREG];
+  int nreg = 0;
+  for (; nreg < MAXREG; nreg++) {
+    regs[nreg] = aligned_alloc(4096, 4096);
+    if (fh_mem_register(ctx, regs[nreg], 4096) != FH_OK) {
+      free(regs[nreg]);
+      break;
+    }
+  }
+  CHECK(nreg < MAXREG, "registrations have a limit (got %d)", nreg);
+  CHECK(fh_malloc(ctx, 2 * big_len) == NULL, "a segment that cannot be registered is not handed out");
+  fh_last_error(msg, sizeof msg);
+  CHECK(strstr(msg, "growing the heap failed") != NULL, "the error says why: %s", msg);
+  cfg = fh_test_config_text(ctx, &rc);
+  line = strstr(cfg, "heap segments shared with node peers: on (");
+  if (line) sscanf(line, "heap segments shared with node peers: on (%d of ours, %d", &ours_after, &dummy);
+  CHECK(!line || ours_after == ours_before, "an unregistered segment was listed: %d -> %d", ours_before, ours_after);
+  free(cfg);
+  for (int i = 0; i < nreg; i++) {
+    CHECK_OK(fh_mem_unregister(ctx, regs[i], 4096));
+    free(regs[i]);
+  }
+  CHECK_OK(fh_barrier(ctx));
+
   /* free and reuse; a pointer into a block is refused */
   fh_free(ctx, small[3] + 64);
   char why[256];

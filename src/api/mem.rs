@@ -71,6 +71,7 @@ impl CtxInner {
         }
         let map = self.conduit.heap_segment(want)?;
         self.mem_register(map.addr(), map.len())?;
+        self.conduit.segment_registered(&map);
         self.segments.add(map, nbytes)
     }
 

@@ -189,10 +189,15 @@ pub trait Conduit: Send + Sync {
     fn remote_heap(&self, rank: usize) -> (usize, usize);
     /// Memory for a further heap segment of at least `len` bytes (the caller
     /// registers it). A conduit that shares heaps with node peers makes it shareable
-    /// too, and tells those peers where it is without needing this rank's CPU later.
+    /// too.
     fn heap_segment(&self, len: usize) -> Result<crate::runtime::os::Mapping> {
         crate::runtime::os::Mapping::new(len)
     }
+    /// A segment from [`Conduit::heap_segment`] is registered and will be handed
+    /// out: a conduit that shares it tells the node peers where it is, so they find
+    /// it later without this rank's CPU. Not called for one whose registration
+    /// failed (it is unmapped again).
+    fn segment_registered(&self, _map: &crate::runtime::os::Mapping) {}
 
     /// Make local `[addr, addr+len)` remotely accessible.
     fn register(&self, addr: usize, len: usize) -> Result<()>;

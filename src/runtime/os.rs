@@ -646,10 +646,13 @@ pub fn tmpfs_available(path: &str) -> Option<u64> {
     }
 }
 
-/// An anonymous private read/write mapping, unmapped on drop.
+/// A read/write mapping, unmapped on drop: anonymous and private, or (`shared`) a
+/// memory file other processes of this node can map too, whose descriptor it holds.
 pub struct Mapping {
     addr: usize,
     len: usize,
+    /// The memory file of a shared mapping (closed on drop, after the unmap).
+    fd: Option<std::os::fd::OwnedFd>,
 }
 
 impl Mapping {
@@ -677,10 +680,61 @@ impl Mapping {
         Ok(Mapping {
             addr: p as usize,
             len,
+            fd: None,
         })
     }
+    /// A mapping of at least `len` bytes that another process of this node can map
+    /// too: a memory file (`memfd_create`) sealed against shrinking and growing, so
+    /// a process that maps it can never touch a page past its end (SIGBUS), whatever
+    /// the creator does later. Peers open it as `/proc/<pid>/fd/<fd>`
+    /// ([`Mapping::of_peer`]), which the kernel allows to processes that may read the
+    /// creator's memory anyway (the permission the single copy needs).
+    pub fn shared(len: usize) -> Result<Mapping> {
+        use std::os::fd::FromRawFd;
+        let len = page_span(0, len).1.max(page_size());
+        let fail = |what: &str| {
+            err!(
+                NoMemory,
+                "{} for a shared segment of {} bytes failed: {}",
+                what,
+                len,
+                std::io::Error::last_os_error()
+            )
+        };
+        // SAFETY: a constant C string and flags; the returned descriptor is owned below.
+        let raw = unsafe {
+            libc::memfd_create(
+                c"firehose-heap".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
+        if raw < 0 {
+            return Err(fail("memfd_create"));
+        }
+        // SAFETY: `raw` is a new descriptor nobody else owns.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: plain calls on the descriptor we own.
+        if unsafe { libc::ftruncate(raw, len as libc::off_t) } != 0 {
+            return Err(fail("ftruncate"));
+        }
+        // SAFETY: as above.
+        if unsafe { libc::fcntl(raw, libc::F_ADD_SEALS, seals) } != 0 {
+            return Err(fail("sealing"));
+        }
+        let mut map = Mapping::of_fd(raw, len).map_err(|_| fail("mmap"))?;
+        map.fd = Some(fd);
+        Ok(map)
+    }
+
+    /// The memory file's descriptor of a [`Mapping::shared`] mapping.
+    pub fn fd(&self) -> Option<i32> {
+        use std::os::fd::AsRawFd;
+        self.fd.as_ref().map(|f| f.as_raw_fd())
+    }
+
     /// `len` bytes of the open file `fd`, shared (writes are seen by every process
-    /// that maps the file).
+    /// that maps the file); the caller keeps `fd` (the mapping does not need it).
     fn of_fd(fd: i32, len: usize) -> Result<Mapping> {
         // SAFETY: a shared mapping of a descriptor the caller holds open, no fixed
         // address; the caller checked the file has `len` bytes.
@@ -705,10 +759,11 @@ impl Mapping {
         Ok(Mapping {
             addr: p as usize,
             len,
+            fd: None,
         })
     }
 
-    /// Map the [`SharedMapping`] that process `pid` holds open as descriptor `fd`,
+    /// Map the [`Mapping::shared`] mapping that process `pid` holds open as descriptor `fd`,
     /// `len` bytes. The peer wrote `fd` and `len` itself, so nothing is trusted: the
     /// file must be a regular file of at least `len` bytes, sealed against shrinking
     /// (else a later truncation would make our accesses fault).
@@ -754,57 +809,6 @@ impl Mapping {
     }
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-}
-
-/// A mapping another process of this node can map too: an anonymous shared-memory
-/// file (`memfd_create`) sealed against shrinking and growing, so a process that maps
-/// it can never touch a page past its end (SIGBUS) whatever the creator does later.
-/// Peers open it as `/proc/<pid>/fd/<fd>` ([`Mapping::of_peer`]), which the kernel
-/// allows to processes that may read the creator's memory anyway (the permission the
-/// single copy needs). The file lives while the creator keeps `fd` open or anyone
-/// keeps it mapped.
-pub struct SharedMapping {
-    pub map: Mapping,
-    pub fd: std::os::fd::OwnedFd,
-}
-
-impl SharedMapping {
-    pub fn new(len: usize) -> Result<SharedMapping> {
-        use std::os::fd::FromRawFd;
-        let len = page_span(0, len).1.max(page_size());
-        let fail = |what: &str| {
-            err!(
-                NoMemory,
-                "{} for a shared segment of {} bytes failed: {}",
-                what,
-                len,
-                std::io::Error::last_os_error()
-            )
-        };
-        // SAFETY: a constant C string and flags; the returned descriptor is owned below.
-        let raw = unsafe {
-            libc::memfd_create(
-                c"firehose-heap".as_ptr(),
-                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-            )
-        };
-        if raw < 0 {
-            return Err(fail("memfd_create"));
-        }
-        // SAFETY: `raw` is a new descriptor nobody else owns.
-        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
-        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-        // SAFETY: plain calls on the descriptor we own.
-        if unsafe { libc::ftruncate(raw, len as libc::off_t) } != 0 {
-            return Err(fail("ftruncate"));
-        }
-        // SAFETY: as above.
-        if unsafe { libc::fcntl(raw, libc::F_ADD_SEALS, seals) } != 0 {
-            return Err(fail("sealing"));
-        }
-        let map = Mapping::of_fd(raw, len).map_err(|_| fail("mmap"))?;
-        Ok(SharedMapping { map, fd })
     }
 }
 

@@ -226,6 +226,10 @@ impl Conduit for MpiConduit {
         self.shared_segment(len)
     }
 
+    fn segment_registered(&self, map: &Mapping) {
+        self.publish_segment(map)
+    }
+
     fn register(&self, addr: usize, len: usize) -> Result<()> {
         self.live()?;
         if !self.windows {

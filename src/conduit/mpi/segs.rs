@@ -1,8 +1,8 @@
 //! Heap segments shared with node peers (issue 18: the heap grows "node-shared where
 //! the conduit can"). The first region of every rank's heap is in the node-shared
 //! mapping made at start-up; the segments `fh_malloc` adds later are memory files
-//! (`os::SharedMapping`) instead. Each rank lists its own in a directory at the end
-//! of its part of the node-shared mapping. A node peer whose access falls outside
+//! (`os::Mapping::shared`) instead. Each rank lists its own, once registered, in a
+//! directory at the end of its part of the node-shared mapping. A node peer whose access falls outside
 //! the heap reads that directory (plain loads) and maps the segment through
 //! `/proc/<pid>/fd`, so the owner's CPU takes no part, and from then on the access
 //! is a memory copy instead of a kernel single copy.
@@ -20,9 +20,8 @@
 
 use super::MpiConduit;
 use crate::runtime::error::Result;
-use crate::runtime::os::{Mapping, SharedMapping};
+use crate::runtime::os::Mapping;
 use parking_lot::{Mutex, RwLock};
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Bytes of one rank's directory (one page, at the end of its node segment).
@@ -61,8 +60,8 @@ struct PeerSegs {
 pub(super) struct SharedSegs {
     /// Bytes between the end of a rank's heap and its directory (its AM ring).
     after_heap: usize,
-    /// Our segments' files, kept open so peers can still open them.
-    own: Mutex<Vec<OwnedFd>>,
+    /// Entries published in our directory (its count word; only we write it).
+    published: Mutex<usize>,
     /// Per rank of the conduit's communicator (empty for ranks off this node).
     peers: Vec<RwLock<PeerSegs>>,
     /// Peer segments mapped here (for `fh_config_print`).
@@ -73,31 +72,39 @@ impl SharedSegs {
     pub(super) fn new(size: usize, after_heap: usize) -> SharedSegs {
         SharedSegs {
             after_heap,
-            own: Mutex::new(Vec::new()),
+            published: Mutex::new(0),
             peers: (0..size).map(|_| RwLock::default()).collect(),
             mapped: AtomicUsize::new(0),
         }
     }
 
-    /// A new segment of at least `len` bytes, listed in our directory at `dir`.
-    /// With the directory full, or no memory file to be had, a private mapping:
-    /// peers then reach it with the kernel copy, as they reach any memory.
-    pub(super) fn create(&self, dir: usize, len: usize) -> Result<Mapping> {
-        let mut own = self.own.lock();
-        let n = own.len();
-        if n >= MAX_SEGS {
-            return Mapping::new(len);
-        }
-        let Ok(sm) = SharedMapping::new(len) else {
-            return Mapping::new(len);
+    /// Memory for a new segment of at least `len` bytes: a memory file, or a
+    /// private mapping when none can be had (peers then reach it with the kernel
+    /// copy, as they reach any memory).
+    fn make(len: usize) -> Result<Mapping> {
+        Mapping::shared(len).or_else(|_| Mapping::new(len))
+    }
+
+    /// List `map` (a segment made by [`Self::make`], now registered) in our
+    /// directory at `dir`. Only a registered segment is listed: one whose
+    /// registration failed is unmapped again, and an entry for it would let a peer
+    /// write into a file this rank no longer maps. The descriptor stays open while
+    /// `map` lives, which is until the context ends. With the directory full, or a
+    /// private mapping, nothing is listed.
+    fn publish(&self, dir: usize, map: &Mapping) {
+        let Some(fd) = map.fd() else {
+            return;
         };
-        let e = HDR + n * ENTRY;
-        word(dir, e).store(sm.map.addr() as u64, Ordering::Relaxed);
-        word(dir, e + 8).store(sm.map.len() as u64, Ordering::Relaxed);
-        word(dir, e + 16).store(sm.fd.as_raw_fd() as u64, Ordering::Relaxed);
-        word(dir, 0).store(n as u64 + 1, Ordering::Release);
-        own.push(sm.fd);
-        Ok(sm.map)
+        let mut n = self.published.lock();
+        if *n >= MAX_SEGS {
+            return;
+        }
+        let e = HDR + *n * ENTRY;
+        word(dir, e).store(map.addr() as u64, Ordering::Relaxed);
+        word(dir, e + 8).store(map.len() as u64, Ordering::Relaxed);
+        word(dir, e + 16).store(fd as u64, Ordering::Relaxed);
+        *n += 1;
+        word(dir, 0).store(*n as u64, Ordering::Release);
     }
 
     /// Where `[raddr, raddr + len)` of node peer `rank` (process `pid`, directory
@@ -160,22 +167,27 @@ impl SharedSegs {
     pub(super) fn describe(&self) -> String {
         format!(
             "heap segments shared with node peers: on ({} of ours, {} of theirs mapped here)",
-            self.own.lock().len(),
+            *self.published.lock(),
             self.mapped.load(Ordering::Relaxed)
         )
     }
 }
 
 impl MpiConduit {
-    /// `Conduit::heap_segment`: shared with the node when this rank has node peers
-    /// that may open its files.
+    /// `Conduit::heap_segment`: a memory file when this rank has node peers that
+    /// may open its files.
     pub(super) fn shared_segment(&self, len: usize) -> Result<Mapping> {
         match &self.segs {
-            Some(s) => {
-                let (base, hlen) = self.heap_at;
-                s.create(base + hlen + s.after_heap, len)
-            }
+            Some(_) => SharedSegs::make(len),
             None => Mapping::new(len),
+        }
+    }
+
+    /// `Conduit::segment_registered`: list the segment for the node peers.
+    pub(super) fn publish_segment(&self, map: &Mapping) {
+        if let Some(s) = &self.segs {
+            let (base, hlen) = self.heap_at;
+            s.publish(base + hlen + s.after_heap, map);
         }
     }
 
@@ -202,17 +214,27 @@ impl MpiConduit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsRawFd;
 
-    /// A directory in a page of our own, and our own process as the "peer": the
-    /// segment made through it is found, mapped a second time, and shares bytes.
+    /// A directory in a page of our own, and our own process as the "peer": a
+    /// segment is found only once published, is mapped a second time, and shares
+    /// its bytes.
     #[test]
     fn a_listed_segment_is_mapped_and_shares_its_bytes() {
         let dir_map = Mapping::new(DIR_BYTES).unwrap();
         let dir = dir_map.addr();
         let s = SharedSegs::new(2, 0);
-        let seg = s.create(dir, 10_000).unwrap();
+        let seg = SharedSegs::make(10_000).unwrap();
         let pid = std::process::id() as i32;
+        assert_eq!(
+            s.view(1, pid, dir, seg.addr(), 8),
+            None,
+            "not listed before publish"
+        );
+        s.publish(dir, &seg);
         assert_eq!(s.view(1, pid, dir, seg.addr() - 8, 16), None, "outside");
+        s.publish(dir, &Mapping::new(4096).unwrap());
+        assert_eq!(*s.published.lock(), 1, "a private mapping is not listed");
         let at = s.view(1, pid, dir, seg.addr() + 104, 8).expect("mapped");
         assert_ne!(at, seg.addr() + 104, "a second mapping of the same file");
         // SAFETY: both addresses lie in live mappings of the same file.
@@ -232,7 +254,8 @@ mod tests {
         let dir_map = Mapping::new(DIR_BYTES).unwrap();
         let dir = dir_map.addr();
         let s = SharedSegs::new(2, 0);
-        let real = s.create(dir, 4096).unwrap();
+        let real = SharedSegs::make(4096).unwrap();
+        s.publish(dir, &real);
         let pid = std::process::id() as i32;
         let file = std::fs::File::open("/proc/self/stat").unwrap();
         let bad = [
