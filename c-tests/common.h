@@ -67,29 +67,47 @@ static inline uint64_t rng_next(uint64_t *s) {
   return x * 2685821657736338717ULL;
 }
 
-/* The usual start, after MPI_Init: a context on MPI_COMM_WORLD with the default
- * configuration (the test fails if fh_init does); *me and *np (either may be NULL)
- * get its rank and size, fh_test_rank the rank for the failure messages. */
-/* fh_config_print's output as a string (stdout redirected to a file). */
-static inline char *fh_test_config_text(const fh_ctx_t *c, int *rc) {
-  char path[] = "/tmp/fh_config_XXXXXX";
-  int fd = mkstemp(path);
-  CHECK(fd >= 0, "mkstemp");
-  fflush(stdout);
-  int saved = dup(1);
-  dup2(fd, 1);
-  *rc = fh_config_print(c);
-  fflush(stdout);
-  dup2(saved, 1);
-  close(saved);
-  off_t n = lseek(fd, 0, SEEK_END);
+/* What the process writes to descriptor `which` (1: stdout, 2: stderr) between
+ * fh_test_capture_begin and fh_test_capture_end, which returns it as a string
+ * (the caller frees it). */
+typedef struct {
+  int which, saved, fd;
+  char path[32];
+} fh_test_capture_t;
+
+static inline void fh_test_capture_begin(fh_test_capture_t *c, int which) {
+  strcpy(c->path, "/tmp/fh_capture_XXXXXX");
+  c->which = which;
+  c->fd = mkstemp(c->path);
+  CHECK(c->fd >= 0, "mkstemp");
+  fflush(which == 1 ? stdout : stderr);
+  c->saved = dup(which);
+  dup2(c->fd, which);
+}
+
+static inline char *fh_test_capture_end(fh_test_capture_t *c) {
+  fflush(c->which == 1 ? stdout : stderr);
+  dup2(c->saved, c->which);
+  close(c->saved);
+  off_t n = lseek(c->fd, 0, SEEK_END);
   char *s = calloc(1, (size_t)n + 1);
-  CHECK(pread(fd, s, (size_t)n, 0) == (ssize_t)n, "read back config output");
-  close(fd);
-  unlink(path);
+  CHECK(pread(c->fd, s, (size_t)n, 0) == (ssize_t)n, "read back captured output");
+  close(c->fd);
+  unlink(c->path);
   return s;
 }
 
+/* fh_config_print's output as a string (the caller frees it). */
+static inline char *fh_test_config_text(const fh_ctx_t *c, int *rc) {
+  fh_test_capture_t cap;
+  fh_test_capture_begin(&cap, 1);
+  *rc = fh_config_print(c);
+  return fh_test_capture_end(&cap);
+}
+
+/* The usual start, after MPI_Init: a context on MPI_COMM_WORLD with the default
+ * configuration (the test fails if fh_init does); *me and *np (either may be NULL)
+ * get its rank and size, fh_test_rank the rank for the failure messages. */
 static inline fh_ctx_t *fh_test_init(int *me, int *np) {
   fh_ctx_t *ctx = NULL;
   CHECK_OK(fh_init(MPI_COMM_WORLD, NULL, &ctx));

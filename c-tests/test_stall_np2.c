@@ -42,28 +42,17 @@ int main(int argc, char **argv) {
     while (fh_test_now() - t0 < 8.5) x += 1.0; /* no library, no MPI */
   } else {
     /* Capture stderr around the stalled call. */
-    char path[] = "/tmp/fh_stall_XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0, "mkstemp");
-    fflush(stderr);
-    int saved = dup(2);
-    dup2(fd, 2);
+    fh_test_capture_t cap;
+    fh_test_capture_begin(&cap, 2);
     uint64_t v = 0xfeed;
     double t0 = fh_test_now();
     int rc = fh_put(ctx, 1, all[1], &v, sizeof v);
     double waited = fh_test_now() - t0;
     char err[512];
     fh_last_error(err, sizeof err);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    char log[4096] = {0};
-    lseek(fd, 0, SEEK_SET);
-    ssize_t got = read(fd, log, sizeof log - 1);
-    close(fd);
-    unlink(path);
+    char *log = fh_test_capture_end(&cap);
     fprintf(stderr, "[rank 0] stalled put: rc %d after %.1f s; error: %s\n[rank 0] captured: %s\n", rc, waited, err,
-            got > 0 ? log : "(nothing)");
+            *log ? log : "(nothing)");
     CHECK_RC(rc, FH_ERR_TRANSPORT);
     CHECK(waited >= 5.0 && waited < 11.0, "gave up after %.1f s, expected about 6", waited);
     CHECK(strstr(err, "rank 1") != NULL, "error names the peer: %s", err);
@@ -73,6 +62,7 @@ int main(int argc, char **argv) {
     int lines = 0;
     for (const char *p = log; (p = strstr(p, "has waited")) != NULL; p++) lines++;
     CHECK(lines == 1, "one line per episode, got %d", lines);
+    free(log);
   }
   /* Back together; the put now succeeds. */
   CHECK_OK(fh_barrier(ctx));

@@ -658,24 +658,30 @@ pub struct Mapping {
 impl Mapping {
     pub fn new(len: usize) -> Result<Mapping> {
         let len = page_span(0, len).1.max(page_size());
-        // SAFETY: anonymous mapping with no fixed address; the kernel picks the place.
+        Mapping::map(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1)
+    }
+
+    /// `mmap` of `len` read/write bytes with `flags` (of `fd`, or -1), anywhere.
+    fn map(len: usize, flags: i32, fd: i32) -> Result<Mapping> {
+        // SAFETY: no fixed address, so the kernel picks a place that overlaps nothing
+        // of ours; `fd` is -1 (anonymous) or a descriptor the caller holds open.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
+                flags,
+                fd,
                 0,
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(err!(
+            bail!(
                 NoMemory,
                 "mmap of {} bytes failed: {}",
                 len,
                 std::io::Error::last_os_error()
-            ));
+            );
         }
         Ok(Mapping {
             addr: p as usize,
@@ -736,31 +742,7 @@ impl Mapping {
     /// `len` bytes of the open file `fd`, shared (writes are seen by every process
     /// that maps the file); the caller keeps `fd` (the mapping does not need it).
     fn of_fd(fd: i32, len: usize) -> Result<Mapping> {
-        // SAFETY: a shared mapping of a descriptor the caller holds open, no fixed
-        // address; the caller checked the file has `len` bytes.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            bail!(
-                NoMemory,
-                "mmap of {} shared bytes failed: {}",
-                len,
-                std::io::Error::last_os_error()
-            );
-        }
-        Ok(Mapping {
-            addr: p as usize,
-            len,
-            fd: None,
-        })
+        Mapping::map(len, libc::MAP_SHARED, fd)
     }
 
     /// Map the [`Mapping::shared`] mapping that process `pid` holds open as descriptor `fd`,
