@@ -9,8 +9,8 @@
  *  - reduce with a different count on the last rank: the root gets it;
  *  - broadcast with a different size on the last rank: that rank gets it, the root
  *    (which only sends) returns FH_OK;
- *  - broadcast of 32 bytes against 64 KiB: the last rank expecting 64 KiB gets it;
- *    when the root sends 64 KiB to ranks expecting 32 bytes, they all get it;
+ *  - broadcast across the node slots' 4 KiB: the last rank expecting 64 KiB gets
+ *    it; when the root sends 64 KiB to ranks expecting 32 bytes, they all get it;
  *  - every rank passing itself as the broadcast root, 8 bytes: roots only send, so
  *    a root learns of it within the call only if another root's chunk is already
  *    there when it ends (FH_ERR_INVALID_ARG), otherwise at its next collective,
@@ -84,7 +84,8 @@ int main(int argc, char **argv) {
   if (me == 0) expect_rc(rc, FH_OK, "broadcast root", NULL);
   next_works("a broadcast with different sizes");
 
-  /* broadcast sizes a chunk apart: the last rank expects 64 KiB, then the root
+  /* broadcast across the node slots' size (4 KiB): the last rank expects 64 KiB
+   * (on one node it takes the tree while the others use the slots), then the root
    * sends 64 KiB to ranks that expect 32 bytes. */
   size_t wide = 64 << 10;
   char *wb = calloc(1, wide);

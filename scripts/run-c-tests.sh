@@ -78,7 +78,10 @@ extra test_node_sync 5 - FH_SHM_MAX_RANKS=2
 extra test_barrier 8 - FH_SHM_MAX_RANKS=3
 extra test_coll_mismatch 8 - FH_SHM_MAX_RANKS=3
 # The wait policy's sleep stage at 4x oversubscription (lock FIFO order included).
-for t in test_lock test_barrier test_node_sync test_signal test_rpipe; do extra "$t" 8 - FH_WAIT_SLEEP=1; done
+for t in test_lock test_barrier test_node_sync test_signal test_rpipe test_bcast_burst; do extra "$t" 8 - FH_WAIT_SLEEP=1; done
+# Bursts of broadcasts whose roots run ahead through the node slots, and the tree.
+extra test_bcast_burst 8 - FH_SHM=0
+extra test_bcast_burst 5 - FH_SHM_MAX_RANKS=2
 extra test_word_lock 4 - FH_SHM=0
 # AMs: the flood with back-pressure through MPI only, with the node cut in two
 # (ring to half the peers, MPI to the others), and without the kernel copy (longs from

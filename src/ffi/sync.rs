@@ -260,9 +260,12 @@ pub extern "C" fn fh_barrier_try(ctx: *mut fh_ctx_t, id: i64, flags: c_int) -> c
 }
 
 /// Collective: copy `nbytes` of `buf` at `root` into `buf` on every rank (0 to any
-/// size; large messages are pipelined in chunks down seed 004's postal-model optimal
-/// tree, FH_BCAST_LAMBDA). All ranks pass the same root and nbytes, and call the
-/// collectives of a context in the same order.
+/// size). On a job whose ranks all share one node (FH_SHM=1), up to 4 KiB move
+/// through the node-shared mapping: the root copies buf once and returns (it may run
+/// up to 64 broadcasts ahead of the slowest rank), the others copy from there.
+/// Larger messages, or other jobs, are pipelined in chunks down seed 004's
+/// postal-model optimal tree (FH_BCAST_LAMBDA). All ranks pass the same root and
+/// nbytes, and call the collectives of a context in the same order.
 /// Mismatched arguments: every chunk carries the call's number and arguments. A rank
 /// that receives data (every rank but the root) checks them and returns
 /// FH_ERR_INVALID_ARG naming both argument sets, and so do the ranks below it in the

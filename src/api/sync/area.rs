@@ -17,6 +17,9 @@ pub const SLOTS: usize = 4;
 const LINE: usize = 64;
 /// Payload bytes of a node collective slot ([`Area::nslot`]).
 pub const NSLOT: usize = 4096;
+/// Node collective slots per rank, used in turn: a broadcast root runs up to this
+/// many calls ahead of its slowest reader.
+pub const NDEPTH: usize = 64;
 /// Bytes of one window of a large node allreduce (`coll::node_big`): each rank
 /// stages two, so operands larger than a slot move in steps of this size.
 pub const WINDOW: usize = 256 << 10;
@@ -89,7 +92,7 @@ impl Area {
         let bell = life + LINE;
         let node = bell + LINE;
         let nslots = node + 2 * LINE;
-        let credits = nslots + 2 * (LINE + NSLOT);
+        let credits = nslots + NDEPTH * (LINE + NSLOT);
         let inbox = credits + n * LINE;
         let stage = inbox + n * SLOTS * (LINE + chunk);
         let desc_stage = stage + chunk;
@@ -179,10 +182,10 @@ impl Area {
     pub fn node_val(&self, base: usize) -> usize {
         base + self.node + LINE
     }
-    /// A rank's node collective slot of parity `p`: a header line (the call's
+    /// A rank's node collective slot `p` (of [`NDEPTH`]): a header line (the call's
     /// description) then [`NSLOT`] payload bytes.
     pub fn nslot(&self, base: usize, p: usize) -> usize {
-        debug_assert!(p < 2);
+        debug_assert!(p < NDEPTH);
         base + self.nslots + p * (LINE + NSLOT)
     }
     /// In a writer's area: how many chunks `reader` has consumed from it.
@@ -225,7 +228,7 @@ mod tests {
             assert!(a.bell(0) + LINE <= a.node_barrier(0));
             assert!(a.node_barrier(0) + LINE <= a.node_val(0));
             assert!(a.node_val(0) + LINE <= a.nslot(0, 0));
-            assert!(a.nslot(0, 1) + LINE + NSLOT <= a.credit(0, 0));
+            assert!(a.nslot(0, NDEPTH - 1) + LINE + NSLOT <= a.credit(0, 0));
             assert!(a.credit(0, n - 1) + LINE <= a.inbox_hdr(0, 0, 0));
             assert!(a.inbox_data(0, n - 1, SLOTS - 1) + a.chunk <= a.stage(0));
             assert!(a.stage(0) + a.chunk <= a.desc_stage(0));

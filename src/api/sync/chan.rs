@@ -23,9 +23,9 @@
 use super::area::SLOTS;
 pub use super::state::Chans;
 use crate::api::ctx::CtxInner;
+use crate::bail;
 use crate::conduit::AtomicOp;
 use crate::runtime::error::Result;
-use crate::{bail, err};
 use std::sync::atomic::{fence, Ordering};
 
 /// Tag flag: the last chunk of the sender's stream to this reader in this call.
@@ -238,15 +238,15 @@ impl CtxInner {
     }
 
     /// Wait for the next chunk from `src`. `pending` runs in the wait loop (the
-    /// caller skips stale chunks there).
+    /// caller skips stale chunks there) and may end the wait: `None` then.
     pub(crate) fn chan_recv(
         &self,
         ch: &mut Chans,
         src: usize,
-        pending: &mut dyn FnMut(&CtxInner, &mut Chans) -> Result<()>,
-    ) -> Result<Chunk> {
+        pending: &mut dyn FnMut(&CtxInner, &mut Chans) -> Result<bool>,
+    ) -> Result<Option<Chunk>> {
         if let Some(c) = self.chan_peek(ch, src)? {
-            return Ok(c);
+            return Ok(Some(c));
         }
         let what = crate::api::stall::Wait::call(
             "fh_broadcast/fh_reduce/fh_allreduce/fh_allgather",
@@ -256,12 +256,9 @@ impl CtxInner {
         let mut got = None;
         self.wait_awake(what, || {
             got = self.chan_peek(ch, src)?;
-            if got.is_none() {
-                pending(self, ch)?;
-            }
-            Ok(got.is_some())
+            Ok(got.is_some() || pending(self, ch)?)
         })?;
-        got.ok_or_else(|| err!(Internal, "chunk vanished"))
+        Ok(got)
     }
 
     /// Give the slot of the chunk [`Self::chan_peek`] returned back to its writer.

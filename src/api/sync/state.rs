@@ -239,8 +239,8 @@ pub struct Node {
     pub leaders: Vec<usize>,
     /// Each member's `node_val` line, mapped here.
     pub val_at: Vec<usize>,
-    /// Each member's two node collective slots, mapped here.
-    pub slot_at: Vec<[usize; 2]>,
+    /// Each member's node collective slots, mapped here.
+    pub slot_at: Vec<[usize; area::NDEPTH]>,
     /// The leader's barrier line, mapped here.
     pub bar: usize,
     /// Each member's large-allreduce staging region, mapped here (empty: the layout
@@ -276,9 +276,15 @@ impl Node {
             .iter()
             .map(|&r| view(r, a.node_val(base(r))))
             .collect();
-        let slot_at: Option<Vec<[usize; 2]>> = members
+        let slot_at: Option<Vec<[usize; area::NDEPTH]>> = members
             .iter()
-            .map(|&r| Some([view(r, a.nslot(base(r), 0))?, view(r, a.nslot(base(r), 1))?]))
+            .map(|&r| {
+                let mut at = [0; area::NDEPTH];
+                for (p, a_p) in at.iter_mut().enumerate() {
+                    *a_p = view(r, a.nslot(base(r), p))?;
+                }
+                Some(at)
+            })
             .collect();
         let bar = view(mine, a.node_barrier(base(mine)));
         // A staging region is used only when all of it is mapped, for every member.

@@ -515,23 +515,38 @@ impl CtxInner {
     }
 
     /// The next chunk of this call from `src`, not consumed. Chunks of earlier calls
-    /// are consumed and reported on the way. `None`: `src` is already in a later call
-    /// (the call fails; nothing more can come from it in this one).
+    /// are consumed and reported on the way. `None`: `src` is already in a later call,
+    /// or broadcasts this call through the node slots (the call fails; nothing more
+    /// can come from it in this one).
     fn c_recv(&self, st: &mut CollState, call: &mut Call, src: usize) -> Result<Option<Chunk>> {
         let seq = call.d.seq;
         let mut rounds = 0u32;
         let mut stale: Vec<(usize, Chunk)> = Vec::new();
         loop {
-            let c = self.chan_recv(&mut st.chans, src, &mut |ctx, ch| {
+            let got = self.chan_recv(&mut st.chans, src, &mut |ctx, ch| {
                 rounds += 1;
                 if rounds % STALE_SCAN_EVERY == 0 {
                     ctx.drop_stale(ch, seq, &mut stale)?;
                 }
-                Ok(())
+                Ok(ctx.node_bcast_left(src, seq))
             })?;
             for (r, c) in stale.drain(..) {
                 self.note_stale(call, r, &c);
             }
+            let Some(c) = got else {
+                // `src` broadcast through the node slots: it sends no chunk.
+                let e = err!(
+                    InvalidArg,
+                    "{}: rank {} took this call for a broadcast of at most {} bytes through                      the node slots (the ranks passed different arguments); this rank called {}",
+                    call.name,
+                    src,
+                    crate::api::sync::area::NSLOT,
+                    describe(&call.d)
+                );
+                call.fail(e, self.rank);
+                call.closed.push(src);
+                return Ok(None);
+            };
             if c.desc.seq < seq {
                 self.note_stale(call, src, &c);
                 self.chan_done(&mut st.chans, src)?;
@@ -865,7 +880,10 @@ impl CtxInner {
         if let Err(e) = check_buf(buf, nbytes, "broadcast: buf") {
             call.fail(e, self.rank);
         }
-        if self.size > 1 {
+        if self.size > 1
+            && !(self.node_fast(K_BCAST, call.d.nbytes)
+                && self.node_bcast(&mut st, &mut call, root, buf, nbytes)?)
+        {
             self.bcast_main(&mut st, &mut call, root, buf as *mut u8, nbytes)?;
         }
         self.finish(&mut st, call)

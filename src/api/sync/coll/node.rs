@@ -1,35 +1,43 @@
-//! Small reductions of a one-node job through the node-shared mapping (issue 19
-//! part 3): every rank writes its description and its operand once into its own
-//! node slot, and every rank that needs the result combines the operands straight
-//! from the others' slots, in the binomial tree's rank order, as the tree path does
-//! (the same bits on every rank, from run to run, and on either path).
+//! Small collectives of a one-node job through the node-shared mapping (issue 19
+//! part 3).
+//! - **Reductions:** every rank writes its description and its operand once into its
+//!   own node slot, and every rank that needs the result combines the operands
+//!   straight from the others' slots, in the binomial tree's rank order, as the tree
+//!   path does (the same bits on every rank, from run to run, and on either path).
+//! - **Broadcasts:** the root writes its payload once into its slot and returns; every
+//!   other rank waits for the root's header only (not for every rank, as a
+//!   reduction must), checks it against its own arguments and copies the payload.
+//!   Each rank has [`NDEPTH`] slots used in turn, so a root runs up to that many
+//!   calls ahead of its slowest reader: on oversubscribed cores a batch of
+//!   broadcasts then costs a context switch per reader every few dozen calls, not
+//!   every call. (Measured before: every rank waiting for every rank's header, 5.0
+//!   us at 4 ranks against 2.0 on the tree; the root's header only but two slots,
+//!   4.6-5.2 us against 3.1-3.4; with 64 slots 0.5-1.1 us, docs/PERFORMANCE.md.)
 //!
-//! Which calls: reduce and allreduce of at most [`NSLOT`] bytes when every rank of
-//! the context is on this node ([`CtxInner::node_fast`]); larger ones check their
-//! arguments here, then move their operands in `node_big`. Every other call stores a
-//! tree mark (its number and description) at its start (`Self::node_enter`), so a
-//! rank that took the node path because of mismatched arguments finds out and runs
-//! the tree flow in failed mode with the others instead of waiting.
+//! Which calls: broadcasts, reductions and allreduces of at most [`NSLOT`] bytes
+//! when every rank of the context is on this node ([`CtxInner::node_fast`]); larger
+//! reductions check their arguments here, then move their operands in `node_big`.
+//! Every other call stores a tree mark (its number and description) at its start
+//! (`Self::node_enter`), so a rank that took the node path because of mismatched
+//! arguments finds out and runs the tree flow in failed mode with the others
+//! instead of waiting. A broadcast writes its header on every rank, so a rank that
+//! took the tree path with mismatched arguments stops waiting for chunks from a
+//! rank that will send none (`node_bcast_left`, in `c_recv`).
 //!
-//! Broadcasts stay on the pipelined tree. Two slot versions were measured slower at
-//! 4 and 8 ranks on 2 cores: every rank waiting for every rank's header (8 B at 4
-//! ranks 5.0 us against 2.0 on the tree), and the root writing once while the others
-//! wait for its header only (4.6-5.2 us against 3.1-3.4 at 4 ranks, 14-15 against
-//! 8.5-9.2 at 8): the slots' two parities let the root run at most two calls ahead,
-//! where the tree's credits let it run four chunks ahead of each child, so a batch of
-//! broadcasts on oversubscribed cores pays more context switches.
-//!
-//! Slot `seq & 1` of each rank: a header line — `seq` (stored last), the call's
-//! description, its payload size, the mode — then the payload.
+//! Slot `seq % NDEPTH` of each rank: a header line — `seq` (stored last), the
+//! call's description, its payload size, the mode — then the payload.
 //! Invariants: a rank writes its slot for call `s` only after every rank's `done`
-//! word (`Area::node_val` + 16) reached `s - 2`: every reader of the slot's previous
-//! contents (call `s - 2`) has finished. A rank stores `done = s - 1` when it enters
-//! call `s` (even one that then fails at once, so calls refused on every rank keep
-//! the count): everything it read for earlier calls it has read.
+//! word (`Area::node_val` + 16) reached `s - NDEPTH`: every reader of the slot's
+//! previous contents (call `s - NDEPTH`) has finished. A rank stores `done = s - 1`
+//! when it enters call `s` (even one that then fails at once, so calls refused on
+//! every rank keep the count): everything it read for earlier calls it has read.
+//! So a slot that says `seq` keeps saying it until every rank has left call `seq`,
+//! and a rank's tree mark at `seq` or later means it took the tree for `seq` unless
+//! its slot says `seq`.
 
-use super::{binomial_kids, describe, span, Call, Comb, K_ALLREDUCE, K_REDUCE};
+use super::{binomial_kids, describe, span, Call, Comb, K_ALLREDUCE, K_BCAST, K_REDUCE};
 use crate::api::ctx::CtxInner;
-use crate::api::sync::area::NSLOT;
+use crate::api::sync::area::{NDEPTH, NSLOT};
 use crate::api::sync::chan::Desc;
 use crate::api::sync::state::CollState;
 use crate::err;
@@ -51,6 +59,11 @@ fn w(addr: usize) -> &'static AtomicU64 {
     unsafe { AtomicU64::from_ptr(addr as *mut u64) }
 }
 
+/// The slot of call `seq` (each rank has [`NDEPTH`], used in turn).
+fn slot_of(seq: u64) -> usize {
+    (seq % NDEPTH as u64) as usize
+}
+
 fn desc_word(d: &Desc) -> u64 {
     (d.kind as u64) << 48 | (d.dt as u64) << 40 | (d.op as u64) << 32 | d.root as u64
 }
@@ -70,6 +83,7 @@ impl CtxInner {
             && nd.members.len() == self.size
             && match kind {
                 K_REDUCE | K_ALLREDUCE => nbytes <= NSLOT as u64 || self.node_big_ok(nbytes),
+                K_BCAST => nbytes <= NSLOT as u64,
                 _ => false,
             }
     }
@@ -112,21 +126,26 @@ impl CtxInner {
         let nd = &self.sync.node;
         let d = call.d;
         let s = d.seq;
-        if s > 2 {
+        let depth = NDEPTH as u64;
+        if s > depth {
             let what = crate::api::stall::Wait::call(
                 "fh_broadcast/fh_reduce/fh_allreduce",
                 None,
                 "the end of the collective before the last one (its node slot is in use)",
             );
             self.wait_rung(what, || {
-                if nd.val_at.iter().all(|&v| w(v + 16).load(SeqCst) >= s - 2) {
+                if nd
+                    .val_at
+                    .iter()
+                    .all(|&v| w(v + 16).load(SeqCst) >= s - depth)
+                {
                     return Ok(true);
                 }
                 self.node_drain(st, call)?;
                 Ok(false)
             })?;
         }
-        let slot = nd.slot_at[nd.idx][(s & 1) as usize];
+        let slot = nd.slot_at[nd.idx][slot_of(s)];
         if let Some((src, len)) = payload {
             debug_assert!(len <= NSLOT);
             // SAFETY: src is valid for len bytes (caller); the slot's payload has
@@ -167,14 +186,14 @@ impl CtxInner {
     /// its slot first, and a later fast call writes the other slot).
     fn node_answered(&self, i: usize, seq: u64) -> bool {
         let nd = &self.sync.node;
-        w(nd.slot_at[i][(seq & 1) as usize]).load(SeqCst) == seq
+        w(nd.slot_at[i][slot_of(seq)]).load(SeqCst) == seq
             || w(nd.val_at[i] + 24).load(SeqCst) >= seq
     }
 
     /// Rank `i`'s header of call `seq` (it answered).
     fn node_head(&self, i: usize, seq: u64) -> Head {
         let nd = &self.sync.node;
-        let slot = nd.slot_at[i][(seq & 1) as usize];
+        let slot = nd.slot_at[i][slot_of(seq)];
         let fast = w(slot).load(SeqCst) == seq;
         let at = if fast { slot } else { nd.val_at[i] + 24 };
         let (dw, nbytes) = (w(at + 8).load(SeqCst), w(at + 16).load(SeqCst));
@@ -191,27 +210,91 @@ impl CtxInner {
         }
     }
 
-    /// Wait for every rank's header of the call.
-    fn node_heads(&self, st: &mut CollState, call: &mut Call) -> Result<Vec<Head>> {
-        let (n, seq) = (self.sync.node.slot_at.len(), call.d.seq);
-        let what = crate::api::stall::Wait::call(
-            "fh_broadcast/fh_reduce/fh_allreduce",
-            None,
-            "the arrival of every rank in the collective",
-        );
+    /// Wait until every rank in `who` answered the call (`whom`: what a stalled
+    /// wait reports it waits for).
+    fn node_wait_answers(
+        &self,
+        st: &mut CollState,
+        call: &mut Call,
+        who: std::ops::Range<usize>,
+        whom: &'static str,
+    ) -> Result<()> {
+        let seq = call.d.seq;
+        let what = crate::api::stall::Wait::call("fh_broadcast/fh_reduce/fh_allreduce", None, whom);
         self.wait_rung(what, || {
-            if (0..n).all(|i| self.node_answered(i, seq)) {
+            if who.clone().all(|i| self.node_answered(i, seq)) {
                 return Ok(true);
             }
             self.node_drain(st, call)?;
             Ok(false)
-        })?;
-        Ok((0..n).map(|i| self.node_head(i, seq)).collect())
+        })
+    }
+
+    /// Wait for every rank's header of the call.
+    fn node_heads(&self, st: &mut CollState, call: &mut Call) -> Result<Vec<Head>> {
+        let n = self.sync.node.slot_at.len();
+        self.node_wait_answers(
+            st,
+            call,
+            0..n,
+            "the arrival of every rank in the collective",
+        )?;
+        Ok((0..n).map(|i| self.node_head(i, call.d.seq)).collect())
+    }
+
+    /// Rank `src` broadcasts call `seq` through the node slots, so it sends no
+    /// chunk in it (a tree-path rank waiting for it stops: `c_recv`).
+    pub(super) fn node_bcast_left(&self, src: usize, seq: u64) -> bool {
+        let nd = &self.sync.node;
+        if !(nd.ok && nd.alone()) || src >= nd.slot_at.len() {
+            return false;
+        }
+        let slot = nd.slot_at[src][slot_of(seq)];
+        w(slot).load(SeqCst) == seq && (w(slot + 8).load(SeqCst) >> 48) as u8 == K_BCAST
+    }
+
+    /// A broadcast of at most [`NSLOT`] bytes through the node slots: the root writes
+    /// its payload once; every other rank waits for the root's header only, checks
+    /// it against its own arguments and copies the payload. Every rank also writes
+    /// its header (no payload), so a rank that took the tree path with different
+    /// arguments finds out instead of waiting for chunks (`node_bcast_left`).
+    /// Returns false when the root is on the tree path: the caller then runs the
+    /// tree flow with the (failed) call.
+    pub(super) fn node_bcast(
+        &self,
+        st: &mut CollState,
+        call: &mut Call,
+        root: usize,
+        buf: usize,
+        nbytes: usize,
+    ) -> Result<bool> {
+        let mode = if call.failed() { REFUSED } else { FAST };
+        let at_root = self.rank == root;
+        let payload = (at_root && mode == FAST).then_some((buf, nbytes));
+        self.node_publish(st, call, mode, payload)?;
+        if at_root {
+            return Ok(true);
+        }
+        let whom = "the root's arrival in the broadcast";
+        self.node_wait_answers(st, call, root..root + 1, whom)?;
+        let h = self.node_head(root, call.d.seq);
+        if !call.failed() {
+            self.node_check(call, [(root, &h)]);
+        }
+        if !call.failed() && nbytes > 0 {
+            let p = slot_of(call.d.seq);
+            let from = self.sync.node.slot_at[root][p] + 64;
+            // SAFETY: the root's payload of this call (its header said so and matches
+            // ours: nbytes <= NSLOT), not rewritten before our `done` says this call;
+            // buf is valid for nbytes (checked non-null; the caller's contract).
+            unsafe { std::ptr::copy_nonoverlapping(from as *const u8, buf as *mut u8, nbytes) };
+        }
+        Ok(h.mode != TREE)
     }
 
     /// The first rank whose header disagrees with ours, as the call's error.
-    fn node_check(&self, call: &mut Call, heads: &[Head]) {
-        for (r, h) in heads.iter().enumerate() {
+    fn node_check<'h>(&self, call: &mut Call, heads: impl IntoIterator<Item = (usize, &'h Head)>) {
+        for (r, h) in heads {
             if h.mode == REFUSED {
                 call.fail(
                     err!(
@@ -265,7 +348,7 @@ impl CtxInner {
         self.node_publish(st, call, mode, payload)?;
         let heads = self.node_heads(st, call)?;
         if !call.failed() {
-            self.node_check(call, &heads);
+            self.node_check(call, heads.iter().enumerate());
         }
         let tree = heads.iter().any(|h| h.mode == TREE);
         match comb {
@@ -280,7 +363,7 @@ impl CtxInner {
     /// operand combined in rank order.
     fn node_read(&self, d: &Desc, dst: usize, nbytes: usize, comb: Option<Comb>) {
         let nd = &self.sync.node;
-        let p = (d.seq & 1) as usize;
+        let p = slot_of(d.seq);
         let data = |r: usize| {
             // SAFETY: rank r's payload of call d (its header said so), NSLOT bytes
             // mapped here, not rewritten before our `done` says d.seq.
