@@ -64,6 +64,9 @@ pub struct CollState {
     pub(crate) acc: Vec<u8>,
     /// The flag value the last large node allreduce ended with (`coll::node_big`).
     pub(crate) big_last: u64,
+    /// The lowest node `done` word this rank last read (`coll::node`): no slot up to
+    /// that call plus `NDEPTH` is still being read.
+    pub(crate) node_seen: u64,
 }
 
 impl CollState {
@@ -75,6 +78,7 @@ impl CollState {
             spare: Default::default(),
             acc: Vec::new(),
             big_last: 0,
+            node_seen: 0,
         }
     }
 }

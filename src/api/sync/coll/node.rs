@@ -29,8 +29,9 @@
 //! Invariants: a rank writes its slot for call `s` only after every rank's `done`
 //! word (`Area::node_val` + 16) reached `s - NDEPTH`: every reader of the slot's
 //! previous contents (call `s - NDEPTH`) has finished. A rank stores `done = s - 1`
-//! when it enters call `s` (even one that then fails at once, so calls refused on
-//! every rank keep the count): everything it read for earlier calls it has read.
+//! when it enters call `s`, for every `s - 1` that is a multiple of [`DONE_EVERY`]
+//! (even a call that then fails at once, so calls refused on every rank keep the
+//! count): everything it read for earlier calls it has read. The word only grows.
 //! So a slot that says `seq` keeps saying it until every rank has left call `seq`,
 //! and a rank's tree mark at `seq` or later means it took the tree for `seq` unless
 //! its slot says `seq`.
@@ -59,8 +60,17 @@ fn w(addr: usize) -> &'static AtomicU64 {
     unsafe { AtomicU64::from_ptr(addr as *mut u64) }
 }
 
+/// A rank stores its `done` word on entering every this many calls (the word then
+/// lags by up to this many calls: a root runs `NDEPTH - DONE_EVERY` to `NDEPTH` calls
+/// ahead of its slowest reader).
+const DONE_EVERY: u64 = 16;
+
 /// The slot of call `seq` (each rank has [`NDEPTH`], used in turn).
 fn slot_of(seq: u64) -> usize {
+    const _: () = assert!(
+        NDEPTH as u64 >= 2 * DONE_EVERY,
+        "readers must be able to run ahead"
+    );
     (seq % NDEPTH as u64) as usize
 }
 
@@ -104,17 +114,21 @@ impl CtxInner {
     }
 
     /// Entering call `seq`: every call before it is finished here, its slots read.
+    /// Said in the `done` word every [`DONE_EVERY`] calls only: the word's line then
+    /// crosses to the writers once per so many calls, not on every call.
     pub(super) fn node_entered(&self, seq: u64) {
         let nd = &self.sync.node;
-        if nd.ok && nd.alone() {
+        if nd.ok && nd.alone() && (seq - 1) % DONE_EVERY == 0 {
             // Release: our reads of the earlier slots come before it.
             w(nd.val_at[nd.idx] + 16).store(seq - 1, Release);
             self.ring_node();
         }
     }
 
-    /// Wait until every rank finished call `seq - 2`, then write our slot for `seq`:
-    /// the payload, then the header, `seq` last.
+    /// Wait until every rank finished call `seq - NDEPTH`, then write our slot for
+    /// `seq`: the payload, then the header, `seq` last. The lowest `done` word seen
+    /// is kept (`CollState::node_seen`), so the words are read again only when the
+    /// writer has caught up with it.
     fn node_publish(
         &self,
         st: &mut CollState,
@@ -127,23 +141,28 @@ impl CtxInner {
         let d = call.d;
         let s = d.seq;
         let depth = NDEPTH as u64;
-        if s > depth {
+        if s > depth && st.node_seen < s - depth {
             let what = crate::api::stall::Wait::call(
                 "fh_broadcast/fh_reduce/fh_allreduce",
                 None,
-                "the end of the collective before the last one (its node slot is in use)",
+                "the end of a collective 64 calls back (its node slot is in use)",
             );
+            let mut seen = 0;
             self.wait_rung(what, || {
-                if nd
+                seen = nd
                     .val_at
                     .iter()
-                    .all(|&v| w(v + 16).load(SeqCst) >= s - depth)
-                {
+                    .map(|&v| w(v + 16).load(SeqCst))
+                    .min()
+                    .unwrap_or(0);
+                if seen >= s - depth {
                     return Ok(true);
                 }
                 self.node_drain(st, call)?;
                 Ok(false)
             })?;
+            debug_assert!(seen >= st.node_seen, "a done word went back");
+            st.node_seen = seen;
         }
         let slot = nd.slot_at[nd.idx][slot_of(s)];
         if let Some((src, len)) = payload {
