@@ -130,8 +130,9 @@ int main(int argc, char **argv) {
   unsigned char *reg_buf = aligned_alloc(4096, MAXSZ), *raw_buf = aligned_alloc(4096, MAXSZ);
   unsigned char *heap_buf = fh_malloc(ctx_heap, MAXSZ);
   /* More than the whole first region: a heap segment made on demand. */
-  const char *hs = getenv("FH_HEAP_SIZE");
-  size_t first = hs && strchr(hs, 'M') ? (size_t)atoi(hs) << 20 : (size_t)32 << 20;
+  fh_config_t cfg;
+  fh_config_init(&cfg); /* the defaults and the environment, as fh_init read them */
+  size_t first = cfg.heap_size;
   unsigned char *seg_block = fh_malloc(ctx_heap, first + MAXSZ);
   unsigned char *seg_buf = seg_block ? seg_block + first : NULL;
   if (!reg_buf || !raw_buf || !heap_buf || !seg_buf) BENCH_DIE("allocation failed");

@@ -537,7 +537,8 @@ impl CtxInner {
                 // `src` broadcast through the node slots: it sends no chunk.
                 let e = err!(
                     InvalidArg,
-                    "{}: rank {} took this call for a broadcast of at most {} bytes through                      the node slots (the ranks passed different arguments); this rank called {}",
+                    "{}: rank {} took this call for a broadcast of at most {} bytes through \
+                     the node slots (the ranks passed different arguments); this rank called {}",
                     call.name,
                     src,
                     crate::api::sync::area::NSLOT,

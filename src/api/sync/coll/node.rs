@@ -202,7 +202,8 @@ impl CtxInner {
 
     /// Rank `i` answered call `seq`: its slot says `seq`, or its tree mark says `seq`
     /// or later (it took the tree path for this call: a fast call would have written
-    /// its slot first, and a later fast call writes the other slot).
+    /// its slot first, and no later call rewrites that slot before this rank left
+    /// call `seq`).
     fn node_answered(&self, i: usize, seq: u64) -> bool {
         let nd = &self.sync.node;
         w(nd.slot_at[i][slot_of(seq)]).load(SeqCst) == seq
