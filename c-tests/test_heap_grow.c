@@ -52,6 +52,18 @@ int main(int argc, char **argv) {
   CHECK_OK(fh_get(ctx, back, right, rb + big_len - 64, 64));
   CHECK(back[0] == me + 1, "get from the grown heap");
 
+  /* A vectored put of three pieces inside the segment, and a vectored get of them
+   * back (on one node: memory copies through the mapped segment). */
+  unsigned char vsrc[96], vback[96];
+  for (int i = 0; i < 96; i++) vsrc[i] = (unsigned char)(me * 7 + i);
+  unsigned char *vd = rb + big_len / 2;
+  fh_memvec_t dv[3] = {{vd, 32}, {vd + 4096, 32}, {vd + 8192, 32}};
+  fh_memvec_t sv[1] = {{vsrc, 96}};
+  CHECK_OK(fh_putv(ctx, right, 3, dv, 1, sv));
+  fh_memvec_t bv[2] = {{vback, 50}, {vback + 50, 46}};
+  CHECK_OK(fh_getv(ctx, 2, bv, right, 3, dv));
+  CHECK(memcmp(vsrc, vback, 96) == 0, "vectored put and get in the grown heap");
+
   /* Where the node shares heaps and the kernel copy reaches node peers, the new
    * segments are shared too: the right neighbour's segments we just used are
    * mapped here (fh_config_print says how many). */

@@ -457,16 +457,20 @@ impl Conduit for MpiConduit {
         pieces: &[(usize, usize, usize)],
     ) -> Option<Result<()>> {
         let pid = self.single_copy_pid(rank)?;
-        let views: Option<Vec<usize>> = pieces
+        // Pieces in a segment mapped here are memory copies; from the first that is
+        // not, the rest go in one kernel call (no list of views is built).
+        let mapped = pieces
             .iter()
-            .map(|&(raddr, _, len)| self.seg_view(rank, raddr, len))
-            .collect();
-        if let Some(views) = views {
-            for (&at, &(_, local, len)) in views.iter().zip(pieces) {
+            .map_while(|&(raddr, local, len)| {
+                let at = self.seg_view(rank, raddr, len)?;
                 // SAFETY: `at` lies in a node peer's shared heap segment mapped here
                 // (seg_view checked the span); local pieces per the contract.
                 unsafe { cma::plain_copy(put, at, local, len) };
-            }
+                Some(())
+            })
+            .count();
+        let rest = &pieces[mapped..];
+        if rest.is_empty() {
             return Some(Ok(()));
         }
         let dir = if put {
@@ -475,7 +479,7 @@ impl Conduit for MpiConduit {
             crate::runtime::os::VmDir::Read
         };
         Some(
-            crate::runtime::os::vm_copy_v(pid, dir, pieces).map_err(|e| {
+            crate::runtime::os::vm_copy_v(pid, dir, rest).map_err(|e| {
                 crate::err!(Access, "vectored single copy with rank {}: {:?}", rank, e)
             }),
         )
