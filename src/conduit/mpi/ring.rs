@@ -109,8 +109,11 @@ pub(super) enum Popped<'a> {
 #[derive(Clone, Copy)]
 pub(super) struct Ring {
     base: usize,
+    /// Cells, a power of two (positions wrap with a mask, not a division).
     cap: u64,
     extra: usize,
+    /// Offset of the first cell.
+    cells_at: usize,
 }
 
 // Offsets of the parts.
@@ -134,12 +137,14 @@ impl Ring {
     /// `base` is cache-line aligned and `[base, base + Ring::bytes(cap, extra))` stays
     /// mapped, readable and writable, for as long as the ring is used.
     pub(super) unsafe fn at(base: usize, cap: usize, extra: usize) -> Ring {
-        debug_assert!(cap.is_power_of_two() && cap >= 4 && CELL * cap / 2 <= MAX_LEN);
+        assert!(cap.is_power_of_two(), "ring of {cap} cells");
+        debug_assert!(cap >= 4 && CELL * cap / 2 <= MAX_LEN);
         debug_assert_eq!(base % LINE, 0);
         Ring {
             base,
             cap: cap as u64,
             extra,
+            cells_at: EXTRA + lines(8 * extra),
         }
     }
 
@@ -168,8 +173,14 @@ impl Ring {
         self.word(EXTRA + 8 * i)
     }
 
+    /// Position `pos` within the ring: `pos % cap`.
+    #[inline]
+    fn wrap(&self, pos: u64) -> u64 {
+        pos & (self.cap - 1)
+    }
+
     fn cell_off(&self, pos: u64) -> usize {
-        EXTRA + lines(8 * self.extra) + CELL * (pos % self.cap) as usize
+        self.cells_at + CELL * self.wrap(pos) as usize
     }
 
     /// The sequence word of the cell at `pos`.
@@ -205,8 +216,8 @@ impl Ring {
         let tail = self.word(TAIL);
         let mut t = tail.load(Ordering::Relaxed);
         loop {
-            let pad = if t % self.cap + n > self.cap {
-                self.cap - t % self.cap
+            let pad = if self.wrap(t) + n > self.cap {
+                self.cap - self.wrap(t)
             } else {
                 0
             };
@@ -285,7 +296,7 @@ impl Ring {
                 return Popped::Empty;
             }
             let mut b = [0u8; HEAD_PULL];
-            let room = self.cap - h % self.cap;
+            let room = self.cap - self.wrap(h);
             // SAFETY: the head cell is published and not yet released: its producer
             // is done with it and no other producer may reuse it.
             unsafe { std::ptr::copy_nonoverlapping(self.cell(h), b.as_mut_ptr(), HEAD) };
