@@ -82,6 +82,10 @@ fn desc_word(d: &Desc) -> u64 {
 struct Head {
     mode: u64,
     d: Desc,
+    /// `d` is the rank's description of this call: false when it took the tree
+    /// path and has since marked a later tree call (its arguments for this one are
+    /// gone; `d` then holds the later call's).
+    exact: bool,
 }
 
 impl CtxInner {
@@ -217,7 +221,12 @@ impl CtxInner {
         let fast = w(slot).load(SeqCst) == seq;
         let at = if fast { slot } else { nd.val_at[i] + 24 };
         let (dw, nbytes) = (w(at + 8).load(SeqCst), w(at + 16).load(SeqCst));
+        // A tree mark is rewritten by the rank's next tree call, which may come before
+        // we are done reading it: the fields are this call's only if the mark said
+        // `seq` after they were read (its stores: fields, then `seq`).
+        let exact = fast || w(at).load(SeqCst) == seq;
         Head {
+            exact,
             mode: if fast { w(at + 24).load(SeqCst) } else { TREE },
             d: Desc {
                 seq,
@@ -326,6 +335,21 @@ impl CtxInner {
                         describe(&call.d)
                     ),
                     r,
+                );
+                return;
+            }
+            if !h.exact {
+                call.fail(
+                    err!(
+                        InvalidArg,
+                        "{}: the ranks passed different arguments: rank {} took the \
+                         collectives' tree path for this call (its arguments are no longer \
+                         readable: it has gone on to later calls) where this rank called {}",
+                        call.name,
+                        r,
+                        describe(&call.d)
+                    ),
+                    self.rank,
                 );
                 return;
             }
