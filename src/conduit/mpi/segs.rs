@@ -2,10 +2,10 @@
 //! the conduit can"). The first region of every rank's heap is in the node-shared
 //! mapping made at start-up; the segments `fh_malloc` adds later are memory files
 //! (`os::Mapping::shared`) instead. Each rank lists its own, once registered, in a
-//! directory at the end of its part of the node-shared mapping. A node peer whose access falls outside
-//! the heap reads that directory (plain loads) and maps the segment through
-//! `/proc/<pid>/fd`, so the owner's CPU takes no part, and from then on the access
-//! is a memory copy instead of a kernel single copy.
+//! directory at the end of its part of the node-shared mapping. A node peer whose
+//! access falls outside the heap reads that directory (plain loads) and maps the
+//! segment through `/proc/<pid>/fd`, so the owner's CPU takes no part, and from then
+//! on the access is a memory copy instead of a kernel single copy.
 //!
 //! Guarantees:
 //! - Only the owner writes its directory: it fills entry `n`, then publishes `n + 1`

@@ -338,30 +338,22 @@ impl CtxInner {
                 );
                 return;
             }
-            if !h.exact {
-                call.fail(
-                    err!(
-                        InvalidArg,
-                        "{}: the ranks passed different arguments: rank {} took the \
-                         collectives' tree path for this call (its arguments are no longer \
-                         readable: it has gone on to later calls) where this rank called {}",
-                        call.name,
-                        r,
-                        describe(&call.d)
-                    ),
-                    self.rank,
-                );
-                return;
-            }
             if h.mode == TREE || h.d != call.d {
+                let theirs = if h.exact {
+                    format!("called {}", describe(&h.d))
+                } else {
+                    "took the collectives' tree path for this call (its arguments are no \
+                     longer readable: it has gone on to later calls)"
+                        .to_string()
+                };
                 call.fail(
                     err!(
                         InvalidArg,
-                        "{}: the ranks passed different arguments: rank {} called {} where \
-                         this rank called {}",
+                        "{}: the ranks passed different arguments: rank {} {} where this \
+                         rank called {}",
                         call.name,
                         r,
-                        describe(&h.d),
+                        theirs,
                         describe(&call.d)
                     ),
                     self.rank,
