@@ -3,8 +3,8 @@
  * sets, nobody hangs, and the next collective works. Only MPI_Barrier separates the
  * cases. What each case checks:
  *  - allreduce with different counts, types or ops, and one rank passing a NULL
- *    buffer: every rank gets FH_ERR_INVALID_ARG (the failure travels up to rank 0
- *    and down to everyone);
+ *    buffer: every rank gets FH_ERR_INVALID_ARG (the failure reaches everyone);
+ *    also counts on both sides of a collective chunk (2 doubles against 1.6 MB);
  *  - allgather with different sizes: every rank gets it;
  *  - reduce with a different count on the last rank: the root gets it;
  *  - broadcast with a different size on the last rank: that rank gets it, the root
@@ -63,6 +63,22 @@ int main(int argc, char **argv) {
   expect_rc(fh_allreduce(ctx, me == last ? NULL : src, dst, 2, FH_DOUBLE, FH_SUM), FH_ERR_INVALID_ARG,
             "allreduce, NULL on one rank", me == last ? "NULL" : "rank");
   next_works("an allreduce with a NULL buffer on one rank");
+
+  /* ... counts differ across a collective chunk (at most 64 KiB): 2 doubles on most
+   * ranks, 200000 (1.6 MB) on one, then on all but one. A job across nodes
+   * reduces the first chunk by recursive doubling and only a larger call the rest
+   * on the trees: the ranks must still agree that the call failed, not wait. */
+  size_t wide_n = 200000;
+  double *wsrc = calloc(wide_n, sizeof *wsrc), *wdst = calloc(wide_n, sizeof *wdst);
+  if (!wsrc || !wdst) FAILF("calloc %zu doubles", wide_n);
+  expect_rc(fh_allreduce(ctx, wsrc, wdst, me == np / 2 ? wide_n : 2, FH_DOUBLE, FH_SUM),
+            FH_ERR_INVALID_ARG, "allreduce, one rank's count spans chunks", "fh_allreduce");
+  next_works("an allreduce with one count across a chunk");
+  expect_rc(fh_allreduce(ctx, wsrc, wdst, me == last ? 2 : wide_n, FH_DOUBLE, FH_SUM),
+            FH_ERR_INVALID_ARG, "allreduce, one rank's count within a chunk", "fh_allreduce");
+  next_works("an allreduce with one count within a chunk");
+  free(wsrc);
+  free(wdst);
 
   /* allgather: sizes differ. */
   char gsrc[16] = {0}, *gdst = malloc(16 * (size_t)np);

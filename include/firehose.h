@@ -2408,10 +2408,11 @@ int fh_reduce(struct fh_ctx_t *ctx,
 
 /**
  * Collective: as fh_reduce, with the result in `dst` on every rank (through the
- * node-shared mapping, or a reduce to rank 0 then a broadcast), bit-identical on all
- * ranks; `src` and `dst` may be the same buffer. Mismatched arguments (count, dt, op)
- * or invalid ones on any rank: every rank returns FH_ERR_INVALID_ARG (the finding
- * reaches rank 0, then everyone), and the next collective works.
+ * node-shared mapping on one node, else by recursive doubling in the same rank
+ * order, with the part past one collective chunk reduced to rank 0 and broadcast),
+ * bit-identical on all ranks; `src` and `dst` may be the same buffer. Mismatched
+ * arguments (count, dt, op) or invalid ones on any rank: every rank returns
+ * FH_ERR_INVALID_ARG (the finding reaches everyone), and the next collective works.
  * Threads: one thread per context at a time. Not from AM handlers.
  */
 int fh_allreduce(struct fh_ctx_t *ctx,

@@ -146,6 +146,14 @@ extra test_coll 4 - FH_SHM=0
 extra test_coll 3 -
 extra test_coll_types 3 -
 extra test_coll_types 4 - FH_SHM=0
+# Allreduce by recursive doubling across "nodes" (extras at 5, 6 and 7 ranks): the
+# same bits as the tree (test_coll's determinism phase), user operations in rank
+# order, and counts on both sides of a chunk that differ between ranks.
+extra test_coll 8 - FH_SHM_MAX_RANKS=3
+extra test_coll 5 - FH_SHM=0
+extra test_coll_user 7 - FH_SHM_MAX_RANKS=2
+extra test_coll_user 6 - FH_SHM=0
+extra test_coll_mismatch 5 - FH_SHM=0
 # Large reductions: staging windows (default), trees (FH_SHM=0), and trees because
 # a 4 MiB heap has no room for the staging region.
 extra test_coll_big 3 -

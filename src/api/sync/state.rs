@@ -62,6 +62,8 @@ pub struct CollState {
     pub(crate) spare: [Vec<usize>; 3],
     /// The reduction's accumulator, kept for its capacity.
     pub(crate) acc: Vec<u8>,
+    /// A second accumulator (recursive doubling's `theirs op ours`), kept likewise.
+    pub(crate) tmp: Vec<u8>,
     /// The flag value the last large node allreduce ended with (`coll::node_big`).
     pub(crate) big_last: u64,
     /// The lowest node `done` word this rank last read (`coll::node`): no slot up to
@@ -77,6 +79,7 @@ impl CollState {
             tree: None,
             spare: Default::default(),
             acc: Vec::new(),
+            tmp: Vec::new(),
             big_last: 0,
             node_seen: 0,
         }

@@ -9,7 +9,9 @@
 //! - **Reduce** combines along a binomial tree in *rank order* (rank i holds the
 //!   combination of ranks [i, i + 2^k)), so floating-point results depend only on N
 //!   and count, never on the root or on timing; rank 0 forwards the result to the
-//!   root chunk by chunk. **Allreduce** = reduce to 0 + broadcast from 0.
+//!   root chunk by chunk. **Allreduce** off the node path: recursive doubling in
+//!   the same rank order (`doubling`) for the first chunk, reduce to 0 + broadcast
+//!   from 0 for the rest of a larger one.
 //! - **Allgather** gathers contiguous blocks up the same binomial tree into `dst`,
 //!   then broadcasts `dst` from rank 0.
 //!
@@ -17,6 +19,7 @@
 //! thread at a time (a second concurrent caller gets FH_ERR_STATE).
 
 use super::chan::{Chans, Chunk, Desc, ERR, LAST};
+mod doubling;
 mod node;
 mod node_big;
 
@@ -1100,8 +1103,8 @@ impl CtxInner {
         self.finish(&mut st, call)
     }
 
-    /// `fh_allreduce`: reduce to 0, then broadcast from 0 (a failure anywhere reaches
-    /// rank 0 in the first phase and every rank in the second).
+    /// `fh_allreduce`: through the node slots on a one-node job, else by recursive
+    /// doubling (a failure anywhere reaches every rank).
     pub fn allreduce(&self, src: usize, dst: usize, count: usize, dt: i32, op: i32) -> Result<()> {
         self.allreduce_with(src, dst, count, Comb::Builtin { dt, op })
     }
@@ -1118,11 +1121,40 @@ impl CtxInner {
         if !(self.node_fast(K_ALLREDUCE, call.d.nbytes)
             && self.node_coll(&mut st, &mut call, (src, dst), nbytes, Some(comb))?)
         {
-            self.expect_bcast_parent(&st, &mut call, 0);
-            self.reduce_flow(&mut st, &mut call, 0, src, dst, nbytes, comb)?;
-            self.bcast_main(&mut st, &mut call, 0, dst as *mut u8, nbytes)?;
+            self.allreduce_flow(&mut st, &mut call, (src, dst), nbytes, comb)?;
         }
         self.finish(&mut st, call)
+    }
+
+    /// An allreduce off the node path: the first chunk by recursive doubling
+    /// (`doubling`: the ranks agree there whether the call failed), the rest, if
+    /// any, reduced to 0 and broadcast from 0 on the trees.
+    fn allreduce_flow(
+        &self,
+        st: &mut CollState,
+        call: &mut Call,
+        (src, dst): (usize, usize),
+        nbytes: usize,
+        comb: Comb,
+    ) -> Result<()> {
+        let esz = comb.esz();
+        let head = nbytes.min((self.area()?.chunk / esz * esz).max(esz));
+        let rest = nbytes - head;
+        if rest > 0 {
+            // The trees' chunks may arrive while the doubling still runs: expected.
+            self.expect_bcast_parent(st, call, 0);
+            call.expect.extend(binomial_kids(self.rank, self.size));
+        }
+        self.doubling_flow(st, call, (src, dst), head, comb)?;
+        if rest == 0 || call.failed() {
+            return Ok(());
+        }
+        // New streams to the same ranks in the same call.
+        call.ended.clear();
+        call.closed.retain(|&r| r == usize::MAX);
+        let (src, dst) = (src + head, dst + head);
+        self.reduce_flow(st, call, 0, src, dst, rest, comb)?;
+        self.bcast_main(st, call, 0, dst as *mut u8, rest)
     }
 
     /// `fh_allgather`: rank i's `nbytes` land at `dst + i * nbytes` on every rank.
