@@ -14,7 +14,7 @@ const MAX_ROUNDS: usize = 64;
 pub const TREE_DEGREE: usize = 4;
 /// Chunk slots per (writer, reader) pair.
 pub const SLOTS: usize = 4;
-const LINE: usize = 64;
+pub(crate) const LINE: usize = 64;
 /// Payload bytes of a node collective slot ([`Area::nslot`]).
 pub const NSLOT: usize = 4096;
 /// Node collective slots per rank, used in turn: a broadcast root runs up to this
@@ -94,9 +94,11 @@ impl Area {
         let nslots = node + 2 * LINE;
         let credits = nslots + NDEPTH * (LINE + NSLOT);
         let inbox = credits + n * LINE;
-        let stage = inbox + n * SLOTS * (LINE + chunk);
-        let desc_stage = stage + chunk;
-        let bytes = (desc_stage + LINE + 4095) & !4095;
+        // The description line right before the data stage: a header line and a
+        // slot's data, the layout of an inbox slot, so one put carries both.
+        let desc_stage = inbox + n * SLOTS * (LINE + chunk);
+        let stage = desc_stage + LINE;
+        let bytes = (stage + chunk + 4095) & !4095;
         Area {
             n,
             chunk,
@@ -203,11 +205,13 @@ impl Area {
     pub fn inbox_data(&self, base: usize, src: usize, s: usize) -> usize {
         self.inbox_hdr(base, src, s) + LINE
     }
-    /// This rank's staging buffer (sources that are not registered memory).
+    /// This rank's staging buffer (sources that are not registered memory, and
+    /// small chunks that travel with their description).
     pub fn stage(&self, base: usize) -> usize {
         base + self.stage
     }
-    /// This rank's line where a chunk's description is written before it is put.
+    /// This rank's line where a chunk's description is written before it is put:
+    /// the line right before [`Self::stage`], as a slot's header before its data.
     pub fn desc_stage(&self, base: usize) -> usize {
         base + self.desc_stage
     }
@@ -230,9 +234,9 @@ mod tests {
             assert!(a.node_val(0) + LINE <= a.nslot(0, 0));
             assert!(a.nslot(0, NDEPTH - 1) + LINE + NSLOT <= a.credit(0, 0));
             assert!(a.credit(0, n - 1) + LINE <= a.inbox_hdr(0, 0, 0));
-            assert!(a.inbox_data(0, n - 1, SLOTS - 1) + a.chunk <= a.stage(0));
-            assert!(a.stage(0) + a.chunk <= a.desc_stage(0));
-            assert!(a.desc_stage(0) + LINE <= a.bytes);
+            assert!(a.inbox_data(0, n - 1, SLOTS - 1) + a.chunk <= a.desc_stage(0));
+            assert_eq!(a.desc_stage(0) + LINE, a.stage(0));
+            assert!(a.stage(0) + a.chunk <= a.bytes);
             let b = a.with_big([1usize << 40].into_iter());
             let (at, len) = b.big(0).expect("room for the staging region");
             assert!(at >= a.bytes && at + len <= b.bytes && at % 4096 == 0);

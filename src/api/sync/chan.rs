@@ -89,6 +89,10 @@ pub struct Chunk {
 
 const TAG_MASK: u64 = 0xffff_ffff;
 
+/// Chunks up to this many bytes are put together with their description (one MPI
+/// operation fewer; the copy into the stage costs less than it below this size).
+const TOGETHER: usize = 4096;
+
 impl CtxInner {
     /// Send `len` bytes (at most one chunk) from local `src` to `dst`, described by
     /// `desc`, with `flags` (`LAST`, `ERR`). While it waits for room, chunks of this
@@ -161,33 +165,37 @@ impl CtxInner {
             ch.sent[dst] = seq + 1;
             return Ok(());
         }
-        let stage = a.desc_stage(self.area_base(self.rank));
+        let mine = self.area_base(self.rank);
+        let stage = a.desc_stage(mine);
         // SAFETY: the desc stage line is 64 bytes of our own heap, used only by the
         // collective holding the coll lock (us), and complete before we reuse it
         // (every put below is completed by a put_sync before this function returns).
-        unsafe { std::ptr::copy_nonoverlapping(words.as_ptr(), stage as *mut u64, 4) };
-        // SAFETY: the header line lies in dst's sync area (registered heap); the
-        // stage line stays valid and unchanged until the put_sync below completes.
-        unsafe { self.conduit.put(dst, hdr + 8, stage as *const u8, 32)? };
+        unsafe { std::ptr::copy_nonoverlapping(words.as_ptr(), (stage + 8) as *mut u64, 4) };
+        // A small chunk travels with its description in one put: the data stage
+        // follows the description line as a slot's data follows its header.
+        let together = len <= TOGETHER;
         let mut from = src;
-        if len > 0 && self.fh.local_side && !self.heap_or_area(src as usize, len) {
-            // A strict-RDMA conduit reads only registered memory: stage it.
-            let stage = a.stage(self.area_base(self.rank));
+        if len > 0 && (together || self.fh.local_side && !self.heap_or_area(src as usize, len)) {
+            // Also: a strict-RDMA conduit reads only registered memory.
+            let data = a.stage(mine);
             // SAFETY: the stage buffer holds a.chunk >= len bytes of our heap and
             // is used only by the collective holding the coll lock (us); src is
             // valid for len bytes (caller).
-            unsafe { std::ptr::copy_nonoverlapping(src, stage as *mut u8, len) };
-            from = stage as *const u8;
+            unsafe { std::ptr::copy_nonoverlapping(src, data as *mut u8, len) };
+            from = data as *const u8;
         }
-        // SAFETY: the slot lies in dst's sync area (registered heap); from is valid
-        // for len bytes until put_sync returns (for len 0 it only completes the
-        // description's put).
+        // SAFETY: the header line and slot lie in dst's sync area (registered heap);
+        // the stage lines and `from` stay valid and unchanged until put_sync returns.
         unsafe {
-            if len > 0 {
+            if together {
+                let line = super::area::LINE - 8;
+                self.conduit
+                    .put_sync(dst, hdr + 8, (stage + 8) as *const u8, line + len)?
+            } else {
+                self.conduit
+                    .put(dst, hdr + 8, (stage + 8) as *const u8, 32)?;
                 self.conduit
                     .put_sync(dst, a.inbox_data(base, self.rank, slot), from, len)?
-            } else {
-                self.conduit.flush(dst)?
             }
         };
         self.word(dst, hdr, AtomicOp::Set(tag))?;
