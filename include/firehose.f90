@@ -516,6 +516,17 @@ module firehose
       integer(c_int) :: fh_put
     end function fh_put
 
+    function fh_local_addr(ctx, rank, raddr, nbytes, local_out) &
+        bind(C, name="fh_local_addr")
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: rank
+      type(c_ptr), value :: raddr
+      integer(c_size_t), value :: nbytes
+      type(c_ptr), intent(out) :: local_out
+      integer(c_int) :: fh_local_addr
+    end function fh_local_addr
+
     function fh_get(ctx, dst, rank, src, nbytes) bind(C, name="fh_get")
       import :: c_int, c_ptr, c_size_t
       type(c_ptr), value :: ctx

@@ -66,6 +66,11 @@ expect_exit() {
 extra test_heap_grow 4 - FH_HEAP_SIZE=4M FH_SHM=0
 extra test_heap_grow 2 - FH_HEAP_SIZE=4M
 extra test_heap_grow 4 - FH_SHM_MAX_RANKS=2
+# Local addresses of peers' heap blocks and segments: none without the node mapping,
+# some with the node cut in two (fh_put for the others), segments of a small heap.
+extra test_local_addr 4 - FH_SHM=0
+extra test_local_addr 8 - FH_SHM_MAX_RANKS=2
+extra test_local_addr 4 - FH_HEAP_SIZE=4M
 # Notify counters and word locks through MPI RMA (the off-node path).
 extra test_signal 4 - FH_SHM=0
 # Barriers and small collectives under skew at every rank count from 2 to 8 (2, 4

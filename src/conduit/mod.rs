@@ -259,6 +259,13 @@ pub trait Conduit: Send + Sync {
         self.native(rank, raddr, len)
     }
 
+    /// Where `[raddr, raddr+len)` of `rank` can be loaded and stored here for as long
+    /// as the conduit lives: [`Self::node_view`], or a heap segment of a node peer
+    /// that this rank mapped (`fh_local_addr`).
+    fn local_view(&self, rank: usize, raddr: usize, len: usize) -> Option<*mut u8> {
+        self.node_view(rank, raddr, len)
+    }
+
     /// Where every rank's bell (`runtime::wait::Bell`) lies: `off` bytes into its
     /// library heap. The conduit then rings a node peer's bell whenever it starts an
     /// operation through the transport that the peer may have to progress (a peer

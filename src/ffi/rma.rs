@@ -45,6 +45,45 @@ pub extern "C" fn fh_put(
     })
 }
 
+/// Where `nbytes` at `raddr` in `rank`'s address space can be read and written by
+/// this process with plain loads and stores (as OpenSHMEM's shmem_ptr, or a UPC cast
+/// to a local pointer). `*local_out` is that address, or NULL when the range is not
+/// reachable from here (a peer on another node, FH_SHM=0, memory that is not
+/// fh_malloc'd there, or a range that leaves it): use fh_put and fh_get then. Both
+/// are FH_OK. For this rank, `raddr` itself. nbytes 0 asks about `raddr` alone.
+///
+/// A non-NULL address stays valid until `rank` frees that memory or the context is
+/// finalized. Loads and stores through it are plain memory accesses: order them with
+/// the peer as any shared-memory program does (a barrier, a flag stored with release
+/// and loaded with acquire), and do not mix CPU atomics through it with fh_atomic_*
+/// calls on the same word.
+///
+/// Errors (`*local_out` NULL): FH_ERR_BAD_RANK, FH_ERR_INVALID_ARG (raddr NULL, a
+/// range that wraps, local_out NULL), FH_ERR_ACCESS (the library's own structures at
+/// the start of the heap).
+/// Threads: any thread, concurrently with other calls on the same context. Allowed
+/// in AM handlers (it never waits).
+#[no_mangle]
+pub extern "C" fn fh_local_addr(
+    ctx: *mut fh_ctx_t,
+    rank: c_int,
+    raddr: *const c_void,
+    nbytes: usize,
+    local_out: *mut *mut c_void,
+) -> c_int {
+    crate::ffi_boundary!(status {
+        // SAFETY: validated handle.
+        let c = unsafe { ctx_ref(ctx)? };
+        // NULL until an answer (also after an error).
+        // SAFETY: the caller's contract: local_out is NULL or writable.
+        unsafe { out(local_out, std::ptr::null_mut(), "fh_local_addr: local_out")? };
+        let at = c.local_addr(rank as i64, raddr as usize, nbytes)?;
+        // SAFETY: as above (checked non-NULL).
+        unsafe { out(local_out, at as *mut c_void, "fh_local_addr: local_out")? };
+        OK
+    })
+}
+
 /// Copy `nbytes` from `src` in `rank`'s address space to local `dst`; returns when
 /// the data has arrived. Same rules as fh_put.
 /// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;

@@ -125,6 +125,31 @@ impl CtxInner {
         Ok(r)
     }
 
+    /// `fh_local_addr`: where `len` bytes at `raddr` of `rank` can be loaded and
+    /// stored by this process (0: not from here; use put and get). This rank's own
+    /// addresses are themselves; a peer's are its library heap or heap segments
+    /// when it shares this node's mapping. The library's own structures are refused.
+    pub fn local_addr(&self, rank: i64, raddr: usize, len: usize) -> Result<usize> {
+        self.check_live()?;
+        let r = self.check_rank(rank)?;
+        if raddr == 0 || raddr.checked_add(len).is_none() || len > isize::MAX as usize {
+            bail!(
+                InvalidArg,
+                "fh_local_addr: raddr {:#x} with nbytes {} is not a range",
+                raddr,
+                len
+            );
+        }
+        self.check_not_internal(r, raddr, len)?;
+        if r == self.rank {
+            return Ok(raddr);
+        }
+        Ok(self
+            .conduit
+            .local_view(r, raddr, len)
+            .map_or(0, |p| p as usize))
+    }
+
     /// Refuse a public access that touches the library's own structures at the start
     /// of `rank`'s heap (barrier flags, lock words, channel slots): one bounds
     /// compare, so heap accesses stay as fast.

@@ -345,6 +345,11 @@ impl Conduit for MpiConduit {
         self.peer_heaps[rank].map(|view| (view + (raddr - base)) as *mut u8)
     }
 
+    fn local_view(&self, rank: usize, raddr: usize, len: usize) -> Option<*mut u8> {
+        Conduit::node_view(self, rank, raddr, len)
+            .or_else(|| self.seg_view(rank, raddr, len).map(|a| a as *mut u8))
+    }
+
     fn needs_progress(&self) -> bool {
         !self.all_native || self.attached.load(Ordering::Acquire)
     }
