@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{on_all, serial, sim_world, Completion, Rng};
+use common::{on_all, serial, sim_world, within, Completion, Rng};
 use firehose::api::settings::Settings;
 use firehose::api::sync::settings::Algo as BarrierAlgo;
 use firehose::api::Context;
@@ -467,4 +467,54 @@ fn collectives_match_a_reference() {
             });
         }
     }
+}
+
+/// Frames of the collective channels' AMs that do not describe a chunk of the
+/// reader's inbox (a hostile or broken peer) are refused and reported, and the
+/// channels still work afterwards.
+#[test]
+fn malformed_channel_frames_are_refused() {
+    use firehose::api::wire::{encode, Category, LibHandler, Role};
+    let _g = serial();
+    let (_w, c) = world(2);
+    let chunk = (1u64 << 32) | 8; // number 1, 8 bytes
+    let bad: [(LibHandler, Vec<u64>, Vec<u8>); 4] = [
+        (LibHandler::CollChunk, vec![chunk], vec![0; 8]),
+        (LibHandler::CollChunk, vec![chunk, 0, 0, 0, 0], vec![0; 4]),
+        (LibHandler::CollChunk, vec![8, 0, 0, 0, 0], vec![0; 8]),
+        (LibHandler::CollCredit, vec![], vec![]),
+    ];
+    for (h, args, payload) in bad {
+        let cat = if payload.is_empty() {
+            Category::Short
+        } else {
+            Category::Medium
+        };
+        let f = encode(
+            Vec::new(),
+            0,
+            cat,
+            Role::Request,
+            h as u8,
+            0,
+            0,
+            &args,
+            &payload,
+        );
+        c[0].conduit.am_send(1, f, None).unwrap();
+        let e = within(10, "the refusal", || loop {
+            if let Err(e) = c[1].poll() {
+                break e;
+            }
+        });
+        assert_eq!(e.status, Status::Transport, "{}", e.msg);
+        assert!(e.msg.contains("collective channel: refused"), "{}", e.msg);
+    }
+    let sums = on_all(&c, 60, |ctx| {
+        let (x, mut y) = ([ctx.rank as u64 + 1], [0u64]);
+        let (src, dst) = (x.as_ptr() as usize, y.as_mut_ptr() as usize);
+        ctx.allreduce(src, dst, 1, 3, 0).unwrap(); // UINT64, SUM
+        y[0]
+    });
+    assert_eq!(sums, vec![3, 3]);
 }

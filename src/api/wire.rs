@@ -43,6 +43,10 @@ pub enum LibHandler {
     VisGet = 11,
     /// VIS pack algorithm: a packed get's reply (the gathered bytes).
     VisData = 12,
+    /// Collective channels: a chunk for the reader's inbox (`sync::chan_am`).
+    CollChunk = 13,
+    /// Collective channels: a reader's credit for the writer.
+    CollCredit = 14,
 }
 
 /// Frame kinds.

@@ -14,6 +14,11 @@
 //! The reader waits for the tag `s + 1` in its slot, uses the bytes in place, then
 //! advances our credit word. Invariant: `rcvd[w] <= sent-by-w[r] <= rcvd[w] + SLOTS`.
 //!
+//! How the bytes move: plain stores between ranks of one node mapping; otherwise a
+//! small chunk is one active message whose handler does steps 2 and 3 in the
+//! reader's own memory, and every credit one message back ([`super::chan_am`]); a
+//! larger chunk is put and flushed, then its tag set with a transport atomic.
+//!
 //! Every chunk says which collective call it belongs to (the per-context call number
 //! and the call's arguments) and whether it is the last of its stream or carries an
 //! error instead of data, so a reader recognises a chunk of another call or of a call
@@ -21,6 +26,7 @@
 //! report mismatched arguments instead of hanging).
 
 use super::area::SLOTS;
+use super::chan_am::TOGETHER;
 pub use super::state::Chans;
 use crate::api::ctx::CtxInner;
 use crate::bail;
@@ -89,10 +95,6 @@ pub struct Chunk {
 
 const TAG_MASK: u64 = 0xffff_ffff;
 
-/// Chunks up to this many bytes are put together with their description (one MPI
-/// operation fewer; the copy into the stage costs less than it below this size).
-const TOGETHER: usize = 4096;
-
 impl CtxInner {
     /// Send `len` bytes (at most one chunk) from local `src` to `dst`, described by
     /// `desc`, with `flags` (`LAST`, `ERR`). While it waits for room, chunks of this
@@ -129,8 +131,12 @@ impl CtxInner {
                 Some(dst),
                 "room in its inbox (a credit): it has not entered the collective",
             );
-            self.wait_awake(what, || {
-                if seq - self.word(self.rank, credit, AtomicOp::Fetch)? < SLOTS as u64 {
+            // SAFETY: our own credit word for dst (our sync area, mapped for the
+            // context's life, 8-byte aligned), written by CPU atomics only: dst's
+            // stores through the node mapping, or our handler of its credit AMs.
+            let word = unsafe { std::sync::atomic::AtomicU64::from_ptr(credit as *mut u64) };
+            self.chan_wait(dst, what, || {
+                if seq - word.load(Ordering::Acquire) < SLOTS as u64 {
                     return Ok(true);
                 }
                 for r in (0..self.size).filter(|r| *r != self.rank && !expect.contains(r)) {
@@ -165,14 +171,27 @@ impl CtxInner {
             ch.sent[dst] = seq + 1;
             return Ok(());
         }
+        if len <= TOGETHER.min(self.cfg.am_max_medium) {
+            // Outside the node mapping, a small chunk is one message (`chan_am`).
+            let data = if len == 0 {
+                &[][..]
+            } else {
+                // SAFETY: src is valid for len bytes (caller).
+                unsafe { std::slice::from_raw_parts(src, len) }
+            };
+            self.chan_send_am(dst, tag, &words, data)?;
+            ch.sent[dst] = seq + 1;
+            return Ok(());
+        }
         let mine = self.area_base(self.rank);
         let stage = a.desc_stage(mine);
         // SAFETY: the desc stage line is 64 bytes of our own heap, used only by the
         // collective holding the coll lock (us), and complete before we reuse it
         // (every put below is completed by a put_sync before this function returns).
         unsafe { std::ptr::copy_nonoverlapping(words.as_ptr(), (stage + 8) as *mut u64, 4) };
-        // A small chunk travels with its description in one put: the data stage
-        // follows the description line as a slot's data follows its header.
+        // A small chunk the AM path did not take (FH_AM_MAX_MEDIUM below it) travels
+        // with its description in one put: the data stage follows the description
+        // line as a slot's data follows its header.
         let together = len <= TOGETHER;
         let mut from = src;
         if len > 0 && (together || self.fh.local_side && !self.heap_or_area(src as usize, len)) {
@@ -262,7 +281,7 @@ impl CtxInner {
             "its next chunk: it has not entered the collective",
         );
         let mut got = None;
-        self.wait_awake(what, || {
+        self.chan_wait(src, what, || {
             got = self.chan_peek(ch, src)?;
             Ok(got.is_some() || pending(self, ch)?)
         })?;
@@ -273,9 +292,28 @@ impl CtxInner {
     pub(crate) fn chan_done(&self, ch: &mut Chans, src: usize) -> Result<()> {
         let a = self.area()?;
         ch.rcvd[src] += 1;
+        if !self.chan_native(src) {
+            return self.chan_credit_am(src, ch.rcvd[src]);
+        }
         let credit = a.credit(self.area_base(src), self.rank);
         self.word(src, credit, AtomicOp::Set(ch.rcvd[src]))?;
         Ok(())
+    }
+
+    /// Wait for what `peer` makes appear in our area: a tag or a credit. From a rank
+    /// outside the node mapping it is written by our own handler of its AM
+    /// (`chan_am`), so the wait polls from its first round.
+    fn chan_wait(
+        &self,
+        peer: usize,
+        what: crate::api::stall::Wait,
+        done: impl FnMut() -> Result<bool>,
+    ) -> Result<()> {
+        if self.chan_native(peer) {
+            self.wait_awake(what, done)
+        } else {
+            self.wait_for(what, done)
+        }
     }
 
     fn heap_or_area(&self, addr: usize, len: usize) -> bool {

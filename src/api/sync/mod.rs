@@ -13,6 +13,8 @@
 //!   across nodes.
 //! - [`chan`]: eager single-writer chunk channels between any two ranks (flow control
 //!   by credits written back into the writer's memory); the collectives' transport.
+//!   Outside the node mapping small chunks and credits travel as active messages
+//!   (`chan_am`).
 //! - [`coll`]: broadcast on seed 004 §2.3's postal-model optimal tree with pipelined
 //!   chunks, reduce/allreduce in a fixed order, allgather.
 
@@ -20,6 +22,7 @@ pub mod area;
 pub mod atomic;
 pub mod barrier;
 pub mod chan;
+mod chan_am;
 pub mod coll;
 pub mod lock;
 pub mod node;
@@ -39,7 +42,7 @@ use std::sync::atomic::Ordering;
 /// live context in every idle round of a wait.
 pub(crate) static SUBSYSTEM: crate::api::ctx::Subsystem = crate::api::ctx::Subsystem {
     name: "sync",
-    handlers: &[],
+    handlers: chan_am::HANDLERS,
     progress: Some(CtxInner::sync_progress),
     idle: Some(progress_all),
     shutdown: None,
