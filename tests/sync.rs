@@ -469,20 +469,25 @@ fn collectives_match_a_reference() {
     }
 }
 
-/// Frames of the collective channels' AMs that do not describe a chunk of the
-/// reader's inbox (a hostile or broken peer) are refused and reported, and the
-/// channels still work afterwards.
+/// Frames of the collective channels' and barriers' AMs that do not describe a
+/// chunk of the reader's inbox or one of its barrier flags (a hostile or broken
+/// peer) are refused and reported, and collectives and barriers still work.
 #[test]
-fn malformed_channel_frames_are_refused() {
+fn malformed_sync_frames_are_refused() {
     use firehose::api::wire::{encode, Category, LibHandler, Role};
     let _g = serial();
     let (_w, c) = world(2);
     let chunk = (1u64 << 32) | 8; // number 1, 8 bytes
-    let bad: [(LibHandler, Vec<u64>, Vec<u8>); 4] = [
+    let bad: [(LibHandler, Vec<u64>, Vec<u8>); 8] = [
         (LibHandler::CollChunk, vec![chunk], vec![0; 8]),
         (LibHandler::CollChunk, vec![chunk, 0, 0, 0, 0], vec![0; 4]),
         (LibHandler::CollChunk, vec![8, 0, 0, 0, 0], vec![0; 8]),
         (LibHandler::CollCredit, vec![], vec![]),
+        // barrier flags: outside the flags' region, misaligned, malformed
+        (LibHandler::BarrierFlag, vec![0, 1, 4], vec![]),
+        (LibHandler::BarrierFlag, vec![1 << 40, 1, 4], vec![]),
+        (LibHandler::BarrierFlag, vec![u64::MAX, 1, 4], vec![]),
+        (LibHandler::BarrierFlag, vec![1, 4], vec![]),
     ];
     for (h, args, payload) in bad {
         let cat = if payload.is_empty() {
@@ -508,12 +513,13 @@ fn malformed_channel_frames_are_refused() {
             }
         });
         assert_eq!(e.status, Status::Transport, "{}", e.msg);
-        assert!(e.msg.contains("collective channel: refused"), "{}", e.msg);
+        assert!(e.msg.contains(": refused a"), "{}", e.msg);
     }
     let sums = on_all(&c, 60, |ctx| {
         let (x, mut y) = ([ctx.rank as u64 + 1], [0u64]);
         let (src, dst) = (x.as_ptr() as usize, y.as_mut_ptr() as usize);
         ctx.allreduce(src, dst, 1, 3, 0).unwrap(); // UINT64, SUM
+        ctx.barrier().unwrap();
         y[0]
     });
     assert_eq!(sums, vec![3, 3]);

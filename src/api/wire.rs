@@ -47,6 +47,8 @@ pub enum LibHandler {
     CollChunk = 13,
     /// Collective channels: a reader's credit for the writer.
     CollCredit = 14,
+    /// Barriers: a flag for the reader's barrier slots (`sync::barrier`).
+    BarrierFlag = 15,
 }
 
 /// Frame kinds.

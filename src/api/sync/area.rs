@@ -159,6 +159,10 @@ impl Area {
     pub fn tree_rel(&self, base: usize, parity: usize) -> usize {
         base + self.tree_rel + parity * 16
     }
+    /// The barrier flags' region (dissemination and tree slots): `[lo, hi)`.
+    pub fn flags_range(&self, base: usize) -> (usize, usize) {
+        (base + self.diss, base + self.tree_rel + 32)
+    }
     /// A line no protocol uses (latency probes).
     pub fn scratch(&self, base: usize) -> usize {
         base + self.scratch
@@ -228,6 +232,7 @@ mod tests {
             assert!(a.diss(0, MAX_ROUNDS - 1, 1) + 16 <= a.tree_arr(0, 0, 0));
             assert!(a.tree_arr(0, TREE_DEGREE - 1, 1) + 16 <= a.tree_rel(0, 0));
             assert!(a.tree_rel(0, 1) + 16 <= a.scratch(0));
+            assert_eq!(a.flags_range(0), (a.diss(0, 0, 0), a.tree_rel(0, 1) + 16));
             assert!(a.scratch(0) + LINE <= a.life(0) && a.life(0) + LINE <= a.bell(0));
             assert!(a.bell(0) + LINE <= a.node_barrier(0));
             assert!(a.node_barrier(0) + LINE <= a.node_val(0));

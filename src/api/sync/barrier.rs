@@ -7,8 +7,10 @@
 //!   0, the release flows down.
 //! - **mpi**: `MPI_Iallreduce` (the baseline, and for conduits without the area).
 //!
-//! A flag is two words written through `CtxInner::word`: the barrier id first, then
-//! the tag `epoch << 2 | kind`. A reader that sees its epoch in the tag reads the id.
+//! A flag is two words, the barrier id first, then the tag `epoch << 2 | kind`,
+//! written with CPU atomics through the node mapping, or by the reader's own handler
+//! of a short AM from a rank outside it ([`handle_flag`]). A reader that sees its
+//! epoch in the tag reads the id.
 //! Epochs count this context's barriers; early arrivals of the *next* barrier are
 //! never confused with this one because flags are double-buffered by epoch parity: a
 //! rank can be at most one barrier ahead of any rank it hears from (it cannot finish
@@ -23,11 +25,13 @@
 //! the next one works.
 
 use super::area::TREE_DEGREE;
+use crate::api::am::table::Token;
 use crate::api::ctx::CtxInner;
+use crate::api::wire::{Category, Frame, LibHandler};
 use crate::conduit::AtomicOp;
 use crate::runtime::error::Result;
 use crate::{bail, err};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use super::settings::Algo;
 pub use super::state::{Barrier, Val, ANONYMOUS};
@@ -70,22 +74,33 @@ impl CtxInner {
         }
     }
 
-    /// Write a flag (id, then tag) at `addr` of `rank`.
+    /// Write a flag (id, then tag) at `addr` of `rank`: CPU atomics through the node
+    /// mapping, else one short AM whose handler stores both words there
+    /// ([`handle_flag`]; a transport atomic would wait for the target's MPI calls).
     fn flag_write(&self, rank: usize, addr: usize, epoch: u64, v: Val) -> Result<()> {
         let (id, kind) = v.encode();
+        let tag = epoch << 2 | kind;
+        if !self.chan_native(rank) {
+            let off = (addr - self.area_base(rank)) as u64;
+            let h = LibHandler::BarrierFlag as u8;
+            return self.am_request(rank, Category::Short, h, &[off, id, tag], &[], None);
+        }
         self.word(rank, addr, AtomicOp::Set(id))?;
-        self.word(rank, addr + 8, AtomicOp::Set(epoch << 2 | kind))?;
+        self.word(rank, addr + 8, AtomicOp::Set(tag))?;
         Ok(())
     }
 
-    /// Read our flag at `addr` if it carries `epoch`.
+    /// Read our flag at `addr` if it carries `epoch`. Every writer of our flags uses
+    /// CPU atomics (node peers) or our own handler, so plain atomic loads.
     fn flag_read(&self, addr: usize, epoch: u64) -> Result<Option<Val>> {
-        let tag = self.word(self.rank, addr + 8, AtomicOp::Fetch)?;
+        // SAFETY: a flag of our own sync area (mapped for the context's life,
+        // 16-byte aligned), touched only through atomics.
+        let w = |at: usize| unsafe { AtomicU64::from_ptr(at as *mut u64) }.load(Ordering::Acquire);
+        let tag = w(addr + 8);
         if tag >> 2 != epoch {
             return Ok(None);
         }
-        let id = self.word(self.rank, addr, AtomicOp::Fetch)?;
-        Ok(Some(Val::decode(id, tag & 3)))
+        Ok(Some(Val::decode(w(addr), tag & 3)))
     }
 
     /// `fh_barrier_notify`.
@@ -317,9 +332,15 @@ impl CtxInner {
             "the barrier flag of a rank that has not notified",
         )
         .in_barrier(epoch);
+        // Flags from outside the node mapping arrive in our own progress (AMs).
+        let src = if self.conduit.needs_progress() {
+            crate::api::wait::Source::Polled
+        } else {
+            crate::api::wait::Source::Written
+        };
         self.wait_on(
             what,
-            crate::api::wait::Source::Written,
+            src,
             || self.barrier_bell(),
             || match self.barrier_try(id, flags) {
                 Ok(done) => Ok(done),
@@ -377,6 +398,40 @@ fn describe(v: Val) -> String {
         Val::Anon => "anonymous".into(),
         Val::Named(x) => format!("id {}", x as i64),
         Val::Mismatch => "mismatch".into(),
+    }
+}
+
+/// A flag from rank `tok.src` outside the node mapping: args `[offset in our sync
+/// area, id, tag]`. Only the barrier flags' region of the area is written (id, then
+/// the tag with release order); anything else is refused and reported.
+pub(super) fn handle_flag(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
+    let refuse = |what: &str| {
+        ctx.record_async_error(err!(
+            Transport,
+            "barrier: refused a {} from rank {}",
+            what,
+            tok.src
+        ))
+    };
+    let Ok(a) = ctx.area() else {
+        return refuse("flag before the sync area exists");
+    };
+    let &[off, id, tag] = f.args() else {
+        return refuse("malformed flag");
+    };
+    let base = ctx.area_base(ctx.rank);
+    let (lo, hi) = a.flags_range(base);
+    let at = base.checked_add(off as usize).filter(|&at| {
+        at >= lo && at.checked_add(16).is_some_and(|e| e <= hi) && (at - lo) % 16 == 0
+    });
+    let Some(at) = at else {
+        return refuse("flag outside the barrier flags");
+    };
+    // SAFETY: a flag pair inside our own area's barrier region (checked above),
+    // 16-byte aligned, touched only through atomics.
+    unsafe {
+        AtomicU64::from_ptr(at as *mut u64).store(id, Ordering::Release);
+        AtomicU64::from_ptr((at + 8) as *mut u64).store(tag, Ordering::Release);
     }
 }
 

@@ -32,12 +32,6 @@ pub(super) const TOGETHER: usize = 4096;
 
 const LEN_MASK: u64 = (1 << 30) - 1;
 
-/// The channels' AM handlers (registered by the sync subsystem).
-pub(super) const HANDLERS: &[(LibHandler, crate::api::ctx::LibHandlerFn)] = &[
-    (LibHandler::CollChunk, handle_chunk),
-    (LibHandler::CollCredit, handle_credit),
-];
-
 impl CtxInner {
     /// Whether `peer`'s area is reached by plain stores (the node mapping).
     pub(super) fn chan_native(&self, peer: usize) -> bool {
@@ -76,7 +70,7 @@ fn refuse(ctx: &CtxInner, src: usize, what: &str) {
 }
 
 /// A chunk from `tok.src`: into its slot of our inbox, tag last.
-fn handle_chunk(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
+pub(super) fn handle_chunk(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     let Ok(a) = ctx.area() else {
         return refuse(ctx, tok.src, "chunk before the sync area exists");
     };
@@ -102,7 +96,7 @@ fn handle_chunk(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
 }
 
 /// A credit from reader `tok.src`: raise our credit word for it.
-fn handle_credit(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
+pub(super) fn handle_credit(ctx: &CtxInner, tok: &Token, f: &Frame<'_>) {
     let Ok(a) = ctx.area() else {
         return refuse(ctx, tok.src, "credit before the sync area exists");
     };

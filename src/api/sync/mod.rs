@@ -2,7 +2,12 @@
 //! barriers and tree collectives. The idea carried over from 2003: the *target's host*
 //! does no work. An operation is done by the transport (CPU atomics on node-shared
 //! memory, MPI-3 atomics, RDMA writes of flags) and the target learns of it by looking
-//! at its own memory.
+//! at its own memory. One exception, measured (docs/PERFORMANCE.md): between ranks
+//! that do not share the node mapping, barrier flags, small collective chunks and
+//! their credits travel as active messages whose handlers write the same words, since
+//! Open MPI applies one-sided atomics only inside the target's MPI calls anyway and
+//! each would block the writer until then; the reader of such words is waiting in
+//! the library, so it polls.
 //!
 //! - [`atomic`]: the operations of seed 004 Table 5.1 on 32/64-bit words, atomic across
 //!   *different* operations from all ranks.
@@ -35,6 +40,7 @@ pub use state::SyncState;
 use state::MIN_SPARE;
 
 use crate::api::ctx::CtxInner;
+use crate::api::wire::LibHandler;
 use crate::runtime::error::Result;
 use std::sync::atomic::Ordering;
 
@@ -42,7 +48,11 @@ use std::sync::atomic::Ordering;
 /// live context in every idle round of a wait.
 pub(crate) static SUBSYSTEM: crate::api::ctx::Subsystem = crate::api::ctx::Subsystem {
     name: "sync",
-    handlers: chan_am::HANDLERS,
+    handlers: &[
+        (LibHandler::CollChunk, chan_am::handle_chunk),
+        (LibHandler::CollCredit, chan_am::handle_credit),
+        (LibHandler::BarrierFlag, barrier::handle_flag),
+    ],
     progress: Some(CtxInner::sync_progress),
     idle: Some(progress_all),
     shutdown: None,
@@ -58,10 +68,19 @@ pub fn mark_all_exited() {
     });
 }
 
-/// Advance the pending split-phase barrier of every live context.
+/// Advance the pending split-phase barrier of every live context. Where flags can
+/// come as AMs (ranks outside the node mapping), they arrive only in that context's
+/// own poll, so such a context is polled (which advances its barrier too).
 pub fn progress_all() {
     crate::api::wait::for_each_live(|c| {
-        if c.state() == crate::api::ctx::State::Live {
+        if c.state() != crate::api::ctx::State::Live {
+            return;
+        }
+        if c.sync.barrier_active.load(Ordering::Acquire) && c.conduit.needs_progress() {
+            if let Err(e) = c.progress_once() {
+                c.record_async_error(e);
+            }
+        } else {
             c.sync_progress();
         }
     });
