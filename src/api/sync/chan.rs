@@ -39,7 +39,8 @@ pub const LAST: u64 = 1 << 31;
 /// Tag flag: no data; the sender's call failed (its arguments were wrong or did not
 /// match another rank's). Always also `LAST`.
 pub const ERR: u64 = 1 << 30;
-const LEN_MASK: u64 = (1 << 30) - 1;
+/// The tag's length bits.
+pub(super) const LEN_MASK: u64 = (1 << 30) - 1;
 
 /// What a chunk belongs to: the collective call (`seq` counts a context's calls, the
 /// same on every rank) and the arguments its sender called it with.

@@ -20,6 +20,7 @@
 //! this rank's progress.
 
 use super::area::{LINE, SLOTS};
+use super::chan::LEN_MASK;
 use crate::api::am::table::Token;
 use crate::api::ctx::CtxInner;
 use crate::api::wire::{Category, Frame, LibHandler};
@@ -29,8 +30,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Chunks up to this many bytes travel as one message with their description.
 pub(super) const TOGETHER: usize = 4096;
-
-const LEN_MASK: u64 = (1 << 30) - 1;
 
 impl CtxInner {
     /// Whether `peer`'s area is reached by plain stores (the node mapping).
