@@ -454,6 +454,7 @@ fn build(
         size,
         concurrent,
         subsystems: SUBSYSTEMS,
+        progress_hooks: SUBSYSTEMS.iter().filter_map(|s| s.progress).collect(),
         am: AmState::new(size, cfg.credits_for(size), &handlers()),
         rma: RmaState::new(size),
         heap: Heap::new(hb + internal, hl - internal),

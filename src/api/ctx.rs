@@ -67,6 +67,8 @@ pub struct CtxInner {
     pub state: AtomicU8,
     /// The subsystems composed into this context (their hooks run from here).
     pub(crate) subsystems: &'static [&'static Subsystem],
+    /// Their progress hooks, gathered once (every poll runs them).
+    pub(crate) progress_hooks: Vec<fn(&CtxInner)>,
     pub am: AmState<LibHandlerFn>,
     pub rma: RmaState,
     pub heap: Heap,
@@ -165,10 +167,8 @@ impl CtxInner {
         let n = self
             .conduit
             .am_poll(&mut |src, bytes, long| self.dispatch(src, bytes, long))?;
-        for s in self.subsystems {
-            if let Some(hook) = s.progress {
-                hook(self);
-            }
+        for hook in &self.progress_hooks {
+            hook(self);
         }
         Ok(n)
     }
@@ -257,10 +257,17 @@ impl CtxInner {
         self.async_pending.store(true, Ordering::Release);
     }
 
+    #[inline]
     pub fn take_async_error(&self) -> Result<()> {
         if !self.async_pending.load(Ordering::Acquire) {
             return Ok(());
         }
+        self.take_async_error_now()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_async_error_now(&self) -> Result<()> {
         let mut g = self.async_err.lock();
         self.async_pending.store(false, Ordering::Release);
         match g.take() {

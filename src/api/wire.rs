@@ -97,6 +97,12 @@ impl Frame<'_> {
     }
 }
 
+/// Bytes of a frame with `nargs` arguments and `plen` payload bytes.
+#[inline]
+pub fn frame_len(nargs: usize, plen: usize) -> usize {
+    HEADER + 8 * nargs + plen
+}
+
 /// Encode a frame after `headroom` zero bytes (room for the conduit's own prefix, so
 /// the frame is built once and never copied).
 #[allow(clippy::too_many_arguments)]
@@ -111,30 +117,52 @@ pub fn encode(
     args: &[u64],
     payload: &[u8],
 ) -> Vec<u8> {
+    let mut v = buf;
+    v.clear();
+    v.resize(headroom + frame_len(args.len(), payload.len()), 0);
+    encode_into(
+        &mut v[headroom..],
+        category,
+        role,
+        handler,
+        credits,
+        long_dst,
+        args,
+        payload,
+    );
+    v
+}
+
+/// Encode a frame into `dst`, which holds exactly [`frame_len`] bytes.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn encode_into(
+    dst: &mut [u8],
+    category: Category,
+    role: Role,
+    handler: u8,
+    credits: u16,
+    long_dst: u64,
+    args: &[u64],
+    payload: &[u8],
+) {
     debug_assert!(args.len() <= MAX_ARGS);
     debug_assert!(category == Category::Medium || payload.is_empty());
+    debug_assert_eq!(dst.len(), frame_len(args.len(), payload.len()));
     let (kind, handler) = match role {
         Role::Request => (category as u8, handler),
         Role::Reply => (category as u8 | KIND_REPLY, handler),
         Role::Control(c) => (KIND_CONTROL, c as u8),
     };
-    let mut v = buf;
-    v.clear();
-    v.reserve(headroom + HEADER + 8 * args.len() + payload.len());
-    v.resize(headroom, 0);
-    v.push(MAGIC);
-    v.push(kind);
-    v.push(handler);
-    v.push(args.len() as u8);
-    v.extend_from_slice(&credits.to_le_bytes());
-    v.extend_from_slice(&0u16.to_le_bytes());
-    v.extend_from_slice(&long_dst.to_le_bytes());
-    v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    for a in args {
-        v.extend_from_slice(&a.to_le_bytes());
+    let c = credits.to_le_bytes();
+    dst[..8].copy_from_slice(&[MAGIC, kind, handler, args.len() as u8, c[0], c[1], 0, 0]);
+    dst[8..16].copy_from_slice(&long_dst.to_le_bytes());
+    dst[16..HEADER].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    let (a, p) = dst[HEADER..].split_at_mut(8 * args.len());
+    for (d, x) in a.chunks_exact_mut(8).zip(args) {
+        d.copy_from_slice(&x.to_le_bytes());
     }
-    v.extend_from_slice(payload);
-    v
+    p.copy_from_slice(payload);
 }
 
 /// Decode a frame, or say why it is malformed.

@@ -297,6 +297,13 @@ pub trait Conduit: Send + Sync {
     /// payload is still in use.
     fn am_send(&self, dest: usize, frame: Vec<u8>, long: Option<LongSrc>)
         -> Result<Option<SendId>>;
+    /// Send a small frame (no headroom, no long payload) at once, if this conduit has
+    /// a direct path to `dest` with room now (the node ring of a peer). False: nothing
+    /// was sent; the caller sends it through [`Conduit::am_send`]. The caller checked
+    /// `dest` and that the conduit is live.
+    fn am_send_small(&self, _dest: usize, _frame: &[u8]) -> bool {
+        false
+    }
     /// An empty buffer to encode the next frame into (recycled when the conduit can).
     fn frame_buffer(&self) -> Vec<u8> {
         Vec::new()

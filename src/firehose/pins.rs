@@ -306,15 +306,18 @@ fn advance<H: Mover>(h: &H, pp: &mut PendingPin) -> Result<Option<Box<PinObj>>> 
 
 /// Advance pending non-blocking pins; run the callbacks of finished ones (outside
 /// every lock, as handler context: they must not block). The context's progress
-/// hook.
+/// hook, on every poll: one load when nothing is pending.
+#[inline]
 pub fn progress<H: Mover>(h: &H) {
-    if h.in_handler() {
-        return;
+    if h.fh().has_pending_pins.load(Ordering::Acquire) && !h.in_handler() {
+        progress_pending(h);
     }
+}
+
+#[cold]
+#[inline(never)]
+fn progress_pending<H: Mover>(h: &H) {
     let fh = h.fh();
-    if !fh.has_pending_pins.load(Ordering::Acquire) {
-        return;
-    }
     let mut list = {
         let mut g = fh.pending_pins.lock();
         if g.is_empty() {

@@ -41,6 +41,13 @@ static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 /// Threads with a hold, so that dispatch skips the thread-local lookup when none has.
 static HOLDING: AtomicUsize = AtomicUsize::new(0);
 
+/// Does any thread hold an hsl or a no-interrupt section? False: this one holds
+/// nothing either, without a look at the thread-locals.
+#[inline]
+pub fn anyone_holds() -> bool {
+    HOLDING.load(Ordering::Acquire) != 0
+}
+
 /// Is this thread in a no-interrupt section (or holding an hsl)?
 #[inline]
 pub fn interrupts_held() -> bool {

@@ -25,7 +25,7 @@ use super::ctx::CtxInner;
 use super::stats::Stats;
 use super::wait::Source;
 use super::wire::{self, Category, Control, Frame, Role};
-use crate::conduit::{LongIn, LongSrc};
+use crate::conduit::{LongIn, LongSrc, SendId};
 use crate::runtime::error::{Error, Result, Status};
 use crate::runtime::os;
 use crate::{bail, err};
@@ -157,14 +157,11 @@ impl CtxInner {
         }
         let long_dst = long.as_ref().map_or(0, |l| l.dst as u64);
         let head = Head::new(cat, Role::Request, handler, long_dst);
-        let (frame, credits) = self.frame_for(dest, head, args, medium);
         let src = long.as_ref().map(|l| LongSrc::Borrowed {
             ptr: l.data.as_ptr(),
             len: l.data.len(),
         });
-        let sent = self.conduit.am_send(dest, frame, src);
-        self.bells.ring(dest);
-        match sent {
+        match self.send_frame(dest, head, args, medium, src) {
             Ok(id) => {
                 self.count(&self.stats.am_requests_sent, 1);
                 if let Some(id) = id {
@@ -181,7 +178,6 @@ impl CtxInner {
             }
             Err(e) => {
                 peer.returned(1, self.concurrent);
-                peer.give_back(credits, self.concurrent);
                 Err(e)
             }
         }
@@ -215,49 +211,58 @@ impl CtxInner {
         }
         let long_dst = long.as_ref().map_or(0, |l| l.dst as u64);
         let head = Head::new(cat, Role::Reply, handler, long_dst);
-        let (frame, credits) = self.frame_for(tok.src, head, args, medium);
         // Owned copy: a handler must not wait for the payload to drain.
         let src = long.map(|l| LongSrc::Owned(l.data.to_vec()));
-        let sent = self.conduit.am_send(tok.src, frame, src);
-        self.bells.ring(tok.src);
-        match sent {
-            Ok(_) => {
-                tok.replied.set(true);
-                self.count(&self.stats.am_replies_sent, 1);
-                Ok(())
-            }
-            Err(e) => {
-                self.am.peers[tok.src].give_back(credits, self.concurrent);
-                Err(e)
-            }
-        }
+        self.send_frame(tok.src, head, args, medium, src)?;
+        tok.replied.set(true);
+        self.count(&self.stats.am_replies_sent, 1);
+        Ok(())
     }
 
-    /// Encode a frame to `dest` with the credits this rank owes it, taken now (a
-    /// caller whose send fails gives them back).
-    fn frame_for(&self, dest: usize, h: Head, args: &[u64], payload: &[u8]) -> (Vec<u8>, u16) {
+    /// Send a frame to `dest` carrying the credits this rank owes it (given back if
+    /// the send fails), and ring `dest`'s bell. A small frame without a long payload
+    /// is encoded on the stack and goes straight into a node peer's ring when the
+    /// conduit has one with room; anything else is encoded into a frame buffer.
+    fn send_frame(
+        &self,
+        dest: usize,
+        h: Head,
+        args: &[u64],
+        payload: &[u8],
+        long: Option<LongSrc>,
+    ) -> Result<Option<SendId>> {
+        /// Frames up to this size are encoded on the stack (every short frame fits).
+        const SMALL: usize = 256;
         let credits = self.am.peers[dest].take_owed(self.concurrent);
-        let frame = wire::encode(
-            self.conduit.frame_buffer(),
-            self.conduit.caps().frame_headroom,
-            h.cat,
-            h.role,
-            h.handler,
-            credits,
-            h.long_dst,
-            args,
-            payload,
-        );
-        (frame, credits)
+        let encode = |dst: &mut [u8]| {
+            let (cat, role, handler) = (h.cat, h.role, h.handler);
+            wire::encode_into(dst, cat, role, handler, credits, h.long_dst, args, payload)
+        };
+        let len = wire::frame_len(args.len(), payload.len());
+        if long.is_none() && len <= SMALL {
+            let mut b = [0u8; SMALL];
+            encode(&mut b[..len]);
+            if self.conduit.am_send_small(dest, &b[..len]) {
+                self.bells.ring(dest);
+                return Ok(None);
+            }
+        }
+        let headroom = self.conduit.caps().frame_headroom;
+        let mut frame = self.conduit.frame_buffer();
+        frame.clear();
+        frame.resize(headroom + len, 0);
+        encode(&mut frame[headroom..]);
+        let sent = self.conduit.am_send(dest, frame, long);
+        self.bells.ring(dest);
+        if sent.is_err() {
+            self.am.peers[dest].give_back(credits, self.concurrent);
+        }
+        sent
     }
 
     fn send_control(&self, dest: usize, c: Control, args: &[u64]) {
         let head = Head::new(Category::Short, Role::Control(c), 0, 0);
-        let (frame, credits) = self.frame_for(dest, head, args, &[]);
-        let sent = self.conduit.am_send(dest, frame, None);
-        self.bells.ring(dest);
-        if let Err(e) = sent {
-            self.am.peers[dest].give_back(credits, self.concurrent);
+        if let Err(e) = self.send_frame(dest, head, args, &[], None) {
             self.record_async_error(err!(
                 Transport,
                 "could not send a control frame to rank {}: {}",
@@ -435,7 +440,13 @@ impl CtxInner {
     /// released (`hsl`).
     fn run_user(&self, c: &UserCall, buf: *mut c_void, nbytes: usize, args: &[u64]) {
         let tok = Token::new(self as *const CtxInner as *const (), c.src, c.is_request);
-        let (locks, holds) = (hsl::held_mark(), hsl::holds());
+        // Nobody holding anything (the common case): this thread's marks are zero,
+        // and the thread-locals need no look (`hsl::anyone_holds`).
+        let (locks, holds) = if hsl::anyone_holds() {
+            (hsl::held_mark(), hsl::holds())
+        } else {
+            (0, 0)
+        };
         HANDLERS_RUNNING.fetch_add(1, Ordering::AcqRel);
         let prev = IN_HANDLER.with(|h| h.replace(true));
         // SAFETY: calling the application's handler with the documented arguments: a
@@ -453,8 +464,11 @@ impl CtxInner {
         };
         IN_HANDLER.with(|h| h.set(prev));
         HANDLERS_RUNNING.fetch_sub(1, Ordering::AcqRel);
-        let left = hsl::release_since(locks);
-        let sections = hsl::reset_holds(holds);
+        let (left, sections) = if hsl::anyone_holds() {
+            (hsl::release_since(locks), hsl::reset_holds(holds))
+        } else {
+            (0, 0)
+        };
         if left + sections > 0 {
             self.record_async_error(err!(
                 State,
@@ -491,11 +505,18 @@ impl CtxInner {
 
     /// Run the application handler calls postponed by no-interrupt sections, oldest
     /// first, unless this thread is in a section or a handler itself.
+    /// One load when nothing is postponed (it runs on every poll).
+    #[inline]
     pub(crate) fn run_postponed(&self) {
-        if self.am.postponed_n.load(Ordering::Acquire) == 0
-            || hsl::interrupts_held()
-            || in_handler()
-        {
+        if self.am.postponed_n.load(Ordering::Acquire) != 0 {
+            self.run_postponed_now();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn run_postponed_now(&self) {
+        if hsl::interrupts_held() || in_handler() {
             return;
         }
         loop {

@@ -606,10 +606,17 @@ impl CtxInner {
     /// Called from every poll: issue the deferred transfers whose moves were
     /// answered (so their references do the work they were taken for at once).
     /// The progress hook: deferred non-blocking transfers whose moves were answered.
+    /// One load when nothing is deferred (it runs on every poll).
+    #[inline]
     pub(crate) fn rma_progress(&self) {
-        if !self.rma.has_deferred.load(Ordering::Acquire) {
-            return;
+        if self.rma.has_deferred.load(Ordering::Acquire) {
+            self.rma_progress_deferred();
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn rma_progress_deferred(&self) {
         let list = {
             let g = self.rma.inner.lock();
             if g.deferred.is_empty() {

@@ -316,6 +316,10 @@ impl Conduit for MpiConduit {
         self.send_frame(dest, frame, long)
     }
 
+    fn am_send_small(&self, dest: usize, frame: &[u8]) -> bool {
+        self.send_node_small(dest, frame)
+    }
+
     fn frame_buffer(&self) -> Vec<u8> {
         am::pooled_buffer()
     }

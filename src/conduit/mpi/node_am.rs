@@ -278,6 +278,25 @@ impl MpiConduit {
         }
     }
 
+    /// Push a small frame straight into node peer `dest`'s ring (no frame buffer,
+    /// no copy through the pool); false when `dest` is not a node peer or its ring
+    /// has no room (the caller then takes the general path, which may use MPI).
+    pub(super) fn send_node_small(&self, dest: usize, frame: &[u8]) -> bool {
+        let Some(n) = self.node.as_ref().filter(|n| n.is_peer(dest)) else {
+            return false;
+        };
+        if self.finalized.load(Ordering::Acquire) {
+            return false; // the general path says why
+        }
+        let head = Head {
+            src: self.rank as u32,
+            ..Head::default()
+        };
+        n.ring(dest)
+            .push(Kind::Frame, &head, frame, &n.seen[dest])
+            .is_ok()
+    }
+
     /// Whether node peer `dest` can copy `[ptr, ptr + len)` out of this process.
     fn pullable(&self, dest: usize, ptr: usize, len: usize) -> bool {
         let (base, hlen) = self.heap_at;
