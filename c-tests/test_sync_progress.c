@@ -9,7 +9,10 @@
  *   4. a broadcast rank 0 already took part in (and returned from) completes.
  * The others assert they finished each part well before rank 0 wakes up (half of
  * SLEEP: a generous functional bound, not a speed measurement).
- * Run: mpirun -np N test_sync_progress (N >= 2; also with FH_SHM=0 and FH_BARRIER=tree). */
+ * Run: mpirun -np N test_sync_progress (N >= 2; also with FH_SHM=0 and FH_BARRIER=tree).
+ * With FH_SHM=0 and more ranks than cores, the atomics wait inside Open MPI, whose
+ * sched_yield starves some ranks for seconds on Linux 6.6+ (README "Running on a
+ * cluster"): add --mca mpi_yield_when_idle 0 there. */
 #include "common.h"
 #include <time.h>
 #include <unistd.h>

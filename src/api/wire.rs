@@ -104,7 +104,8 @@ pub fn frame_len(nargs: usize, plen: usize) -> usize {
 }
 
 /// Encode a frame after `headroom` zero bytes (room for the conduit's own prefix, so
-/// the frame is built once and never copied).
+/// the frame is built once and never copied). The payload is appended, not written
+/// over zeroes.
 #[allow(clippy::too_many_arguments)]
 pub fn encode(
     buf: Vec<u8>,
@@ -119,17 +120,17 @@ pub fn encode(
 ) -> Vec<u8> {
     let mut v = buf;
     v.clear();
-    v.resize(headroom + frame_len(args.len(), payload.len()), 0);
-    encode_into(
-        &mut v[headroom..],
+    v.reserve(headroom + frame_len(args.len(), payload.len()));
+    v.resize(headroom + frame_len(args.len(), 0), 0);
+    let head = Head {
         category,
         role,
         handler,
         credits,
         long_dst,
-        args,
-        payload,
-    );
+    };
+    head.write(&mut v[headroom..], args, payload.len());
+    v.extend_from_slice(payload);
     v
 }
 
@@ -146,23 +147,50 @@ pub fn encode_into(
     args: &[u64],
     payload: &[u8],
 ) {
-    debug_assert!(args.len() <= MAX_ARGS);
-    debug_assert!(category == Category::Medium || payload.is_empty());
     debug_assert_eq!(dst.len(), frame_len(args.len(), payload.len()));
-    let (kind, handler) = match role {
-        Role::Request => (category as u8, handler),
-        Role::Reply => (category as u8 | KIND_REPLY, handler),
-        Role::Control(c) => (KIND_CONTROL, c as u8),
+    let (head, p) = dst.split_at_mut(frame_len(args.len(), 0));
+    let h = Head {
+        category,
+        role,
+        handler,
+        credits,
+        long_dst,
     };
-    let c = credits.to_le_bytes();
-    dst[..8].copy_from_slice(&[MAGIC, kind, handler, args.len() as u8, c[0], c[1], 0, 0]);
-    dst[8..16].copy_from_slice(&long_dst.to_le_bytes());
-    dst[16..HEADER].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-    let (a, p) = dst[HEADER..].split_at_mut(8 * args.len());
-    for (d, x) in a.chunks_exact_mut(8).zip(args) {
-        d.copy_from_slice(&x.to_le_bytes());
-    }
+    h.write(head, args, payload.len());
     p.copy_from_slice(payload);
+}
+
+/// A frame's fixed fields, written by [`Head::write`] (the one place that knows
+/// the layout of the header and the arguments).
+struct Head {
+    category: Category,
+    role: Role,
+    handler: u8,
+    credits: u16,
+    long_dst: u64,
+}
+
+impl Head {
+    /// The header and the arguments into `dst` (exactly `frame_len(args.len(), 0)`
+    /// bytes), for a payload of `plen` bytes that follows them.
+    #[inline]
+    fn write(&self, dst: &mut [u8], args: &[u64], plen: usize) {
+        debug_assert!(args.len() <= MAX_ARGS);
+        debug_assert!(self.category == Category::Medium || plen == 0);
+        debug_assert_eq!(dst.len(), frame_len(args.len(), 0));
+        let (kind, handler) = match self.role {
+            Role::Request => (self.category as u8, self.handler),
+            Role::Reply => (self.category as u8 | KIND_REPLY, self.handler),
+            Role::Control(c) => (KIND_CONTROL, c as u8),
+        };
+        let c = self.credits.to_le_bytes();
+        dst[..8].copy_from_slice(&[MAGIC, kind, handler, args.len() as u8, c[0], c[1], 0, 0]);
+        dst[8..16].copy_from_slice(&self.long_dst.to_le_bytes());
+        dst[16..HEADER].copy_from_slice(&(plen as u32).to_le_bytes());
+        for (d, x) in dst[HEADER..].chunks_exact_mut(8).zip(args) {
+            d.copy_from_slice(&x.to_le_bytes());
+        }
+    }
 }
 
 /// Decode a frame, or say why it is malformed.

@@ -234,24 +234,28 @@ impl CtxInner {
         /// Frames up to this size are encoded on the stack (every short frame fits).
         const SMALL: usize = 256;
         let credits = self.am.peers[dest].take_owed(self.concurrent);
-        let encode = |dst: &mut [u8]| {
-            let (cat, role, handler) = (h.cat, h.role, h.handler);
-            wire::encode_into(dst, cat, role, handler, credits, h.long_dst, args, payload)
-        };
         let len = wire::frame_len(args.len(), payload.len());
         if long.is_none() && len <= SMALL {
             let mut b = [0u8; SMALL];
-            encode(&mut b[..len]);
+            let (cat, role, handler) = (h.cat, h.role, h.handler);
+            let dst = &mut b[..len];
+            wire::encode_into(dst, cat, role, handler, credits, h.long_dst, args, payload);
             if self.conduit.am_send_small(dest, &b[..len]) {
                 self.bells.ring(dest);
                 return Ok(None);
             }
         }
-        let headroom = self.conduit.caps().frame_headroom;
-        let mut frame = self.conduit.frame_buffer();
-        frame.clear();
-        frame.resize(headroom + len, 0);
-        encode(&mut frame[headroom..]);
+        let frame = wire::encode(
+            self.conduit.frame_buffer(),
+            self.conduit.caps().frame_headroom,
+            h.cat,
+            h.role,
+            h.handler,
+            credits,
+            h.long_dst,
+            args,
+            payload,
+        );
         let sent = self.conduit.am_send(dest, frame, long);
         self.bells.ring(dest);
         if sent.is_err() {
