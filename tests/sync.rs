@@ -474,7 +474,7 @@ fn collectives_match_a_reference() {
 /// peer) are refused and reported, and collectives and barriers still work.
 #[test]
 fn malformed_sync_frames_are_refused() {
-    use firehose::api::wire::{encode, Category, LibHandler, Role};
+    use firehose::api::wire::{encode, Category, Head, LibHandler, Role};
     let _g = serial();
     let (_w, c) = world(2);
     let chunk = (1u64 << 32) | 8; // number 1, 8 bytes
@@ -495,17 +495,14 @@ fn malformed_sync_frames_are_refused() {
         } else {
             Category::Medium
         };
-        let f = encode(
-            Vec::new(),
-            0,
-            cat,
-            Role::Request,
-            h as u8,
-            0,
-            0,
-            &args,
-            &payload,
-        );
+        let head = Head {
+            category: cat,
+            role: Role::Request,
+            handler: h as u8,
+            credits: 0,
+            long_dst: 0,
+        };
+        let f = encode(Vec::new(), 0, &head, &args, &payload);
         c[0].conduit.am_send(1, f, None).unwrap();
         let e = within(10, "the refusal", || loop {
             if let Err(e) = c[1].poll() {

@@ -103,76 +103,23 @@ pub fn frame_len(nargs: usize, plen: usize) -> usize {
     HEADER + 8 * nargs + plen
 }
 
-/// Encode a frame after `headroom` zero bytes (room for the conduit's own prefix, so
-/// the frame is built once and never copied). The payload is appended, not written
-/// over zeroes.
-#[allow(clippy::too_many_arguments)]
-pub fn encode(
-    buf: Vec<u8>,
-    headroom: usize,
-    category: Category,
-    role: Role,
-    handler: u8,
-    credits: u16,
-    long_dst: u64,
-    args: &[u64],
-    payload: &[u8],
-) -> Vec<u8> {
-    let mut v = buf;
-    v.clear();
-    v.reserve(headroom + frame_len(args.len(), payload.len()));
-    v.resize(headroom + frame_len(args.len(), 0), 0);
-    let head = Head {
-        category,
-        role,
-        handler,
-        credits,
-        long_dst,
-    };
-    head.write(&mut v[headroom..], args, payload.len());
-    v.extend_from_slice(payload);
-    v
-}
-
-/// Encode a frame into `dst`, which holds exactly [`frame_len`] bytes.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-pub fn encode_into(
-    dst: &mut [u8],
-    category: Category,
-    role: Role,
-    handler: u8,
-    credits: u16,
-    long_dst: u64,
-    args: &[u64],
-    payload: &[u8],
-) {
-    debug_assert_eq!(dst.len(), frame_len(args.len(), payload.len()));
-    let (head, p) = dst.split_at_mut(frame_len(args.len(), 0));
-    let h = Head {
-        category,
-        role,
-        handler,
-        credits,
-        long_dst,
-    };
-    h.write(head, args, payload.len());
-    p.copy_from_slice(payload);
-}
-
-/// A frame's fixed fields, written by [`Head::write`] (the one place that knows
-/// the layout of the header and the arguments).
-struct Head {
-    category: Category,
-    role: Role,
-    handler: u8,
-    credits: u16,
-    long_dst: u64,
+/// A frame's fixed fields: what [`encode`] and [`encode_into`] write before the
+/// arguments and the payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Head {
+    pub category: Category,
+    pub role: Role,
+    pub handler: u8,
+    /// Flow-control credits returned to the receiver.
+    pub credits: u16,
+    /// Long frames: where the payload goes at the receiver; else 0.
+    pub long_dst: u64,
 }
 
 impl Head {
     /// The header and the arguments into `dst` (exactly `frame_len(args.len(), 0)`
-    /// bytes), for a payload of `plen` bytes that follows them.
+    /// bytes), for a payload of `plen` bytes that follows them: the one place that
+    /// knows the layout.
     #[inline]
     fn write(&self, dst: &mut [u8], args: &[u64], plen: usize) {
         debug_assert!(args.len() <= MAX_ARGS);
@@ -191,6 +138,28 @@ impl Head {
             d.copy_from_slice(&x.to_le_bytes());
         }
     }
+}
+
+/// Encode a frame into `buf` after `headroom` zero bytes (room for the conduit's own
+/// prefix, so the frame is built once and never copied). The payload is appended, not
+/// written over zeroes.
+pub fn encode(buf: Vec<u8>, headroom: usize, h: &Head, args: &[u64], payload: &[u8]) -> Vec<u8> {
+    let mut v = buf;
+    v.clear();
+    v.reserve(headroom + frame_len(args.len(), payload.len()));
+    v.resize(headroom + frame_len(args.len(), 0), 0);
+    h.write(&mut v[headroom..], args, payload.len());
+    v.extend_from_slice(payload);
+    v
+}
+
+/// Encode a frame into `dst`, which holds exactly [`frame_len`] bytes.
+#[inline]
+pub fn encode_into(dst: &mut [u8], h: &Head, args: &[u64], payload: &[u8]) {
+    debug_assert_eq!(dst.len(), frame_len(args.len(), payload.len()));
+    let (head, p) = dst.split_at_mut(frame_len(args.len(), 0));
+    h.write(head, args, payload.len());
+    p.copy_from_slice(payload);
 }
 
 /// Decode a frame, or say why it is malformed.
@@ -270,13 +239,31 @@ pub fn decode(b: &[u8]) -> Result<Frame<'_>, &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A frame from its fields, laid out as a test reads them.
+    fn enc(
+        category: Category,
+        role: Role,
+        handler: u8,
+        credits: u16,
+        long_dst: u64,
+        args: &[u64],
+        payload: &[u8],
+    ) -> Vec<u8> {
+        let h = Head {
+            category,
+            role,
+            handler,
+            credits,
+            long_dst,
+        };
+        encode(Vec::new(), 0, &h, args, payload)
+    }
     use proptest::prelude::*;
 
     #[test]
     fn round_trip() {
-        let f = encode(
-            Vec::new(),
-            0,
+        let f = enc(
             Category::Medium,
             Role::Reply,
             200,
@@ -291,9 +278,7 @@ mod tests {
         assert_eq!((d.handler, d.credits), (200, 3));
         assert_eq!(d.args(), &[1, 2, u64::MAX]);
         assert_eq!(d.payload, b"hello");
-        let c = encode(
-            Vec::new(),
-            0,
+        let c = enc(
             Category::Short,
             Role::Control(Control::Refused),
             0,
@@ -307,17 +292,7 @@ mod tests {
 
     #[test]
     fn rejects_corruption() {
-        let f = encode(
-            Vec::new(),
-            0,
-            Category::Long,
-            Role::Request,
-            9,
-            0,
-            0x1000,
-            &[7],
-            &[],
-        );
+        let f = enc(Category::Long, Role::Request, 9, 0, 0x1000, &[7], &[]);
         assert!(decode(&f).is_ok());
         assert!(decode(&f[..f.len() - 1]).is_err());
         let mut g = f.clone();
@@ -343,7 +318,7 @@ mod tests {
             payload in proptest::collection::vec(any::<u8>(), 0..64),
             pos in 0usize..400, val in any::<u8>()
         ) {
-            let mut f = encode(Vec::new(), 0, Category::Medium, Role::Request, 1, 2, 0, &args, &payload);
+            let mut f = enc(Category::Medium, Role::Request, 1, 2, 0, &args, &payload);
             let ok = decode(&f).unwrap();
             prop_assert_eq!(ok.args(), &args[..]);
             prop_assert_eq!(ok.payload, &payload[..]);

@@ -24,7 +24,7 @@ pub use table::*;
 use super::ctx::CtxInner;
 use super::stats::Stats;
 use super::wait::Source;
-use super::wire::{self, Category, Control, Frame, Role};
+use super::wire::{self, Category, Control, Frame, Head, Role};
 use crate::conduit::{LongIn, LongSrc, SendId};
 use crate::runtime::error::{Error, Result, Status};
 use crate::runtime::os;
@@ -51,22 +51,14 @@ struct UserCall {
     user: usize,
 }
 
-/// A frame's head, but for the credits it carries (`CtxInner::frame_for`).
-struct Head {
-    cat: Category,
-    role: Role,
-    handler: u8,
-    long_dst: u64,
-}
-
-impl Head {
-    fn new(cat: Category, role: Role, handler: u8, long_dst: u64) -> Head {
-        Head {
-            cat,
-            role,
-            handler,
-            long_dst,
-        }
+/// A frame's head without credits yet (`CtxInner::send_frame` adds what it owes).
+fn frame_head(category: Category, role: Role, handler: u8, long_dst: u64) -> Head {
+    Head {
+        category,
+        role,
+        handler,
+        credits: 0,
+        long_dst,
     }
 }
 
@@ -156,7 +148,7 @@ impl CtxInner {
             )?;
         }
         let long_dst = long.as_ref().map_or(0, |l| l.dst as u64);
-        let head = Head::new(cat, Role::Request, handler, long_dst);
+        let head = frame_head(cat, Role::Request, handler, long_dst);
         let src = long.as_ref().map(|l| LongSrc::Borrowed {
             ptr: l.data.as_ptr(),
             len: l.data.len(),
@@ -210,7 +202,7 @@ impl CtxInner {
             }
         }
         let long_dst = long.as_ref().map_or(0, |l| l.dst as u64);
-        let head = Head::new(cat, Role::Reply, handler, long_dst);
+        let head = frame_head(cat, Role::Reply, handler, long_dst);
         // Owned copy: a handler must not wait for the payload to drain.
         let src = long.map(|l| LongSrc::Owned(l.data.to_vec()));
         self.send_frame(tok.src, head, args, medium, src)?;
@@ -226,46 +218,35 @@ impl CtxInner {
     fn send_frame(
         &self,
         dest: usize,
-        h: Head,
+        mut h: Head,
         args: &[u64],
         payload: &[u8],
         long: Option<LongSrc>,
     ) -> Result<Option<SendId>> {
         /// Frames up to this size are encoded on the stack (every short frame fits).
         const SMALL: usize = 256;
-        let credits = self.am.peers[dest].take_owed(self.concurrent);
+        h.credits = self.am.peers[dest].take_owed(self.concurrent);
         let len = wire::frame_len(args.len(), payload.len());
         if long.is_none() && len <= SMALL {
             let mut b = [0u8; SMALL];
-            let (cat, role, handler) = (h.cat, h.role, h.handler);
-            let dst = &mut b[..len];
-            wire::encode_into(dst, cat, role, handler, credits, h.long_dst, args, payload);
+            wire::encode_into(&mut b[..len], &h, args, payload);
             if self.conduit.am_send_small(dest, &b[..len]) {
                 self.bells.ring(dest);
                 return Ok(None);
             }
         }
-        let frame = wire::encode(
-            self.conduit.frame_buffer(),
-            self.conduit.caps().frame_headroom,
-            h.cat,
-            h.role,
-            h.handler,
-            credits,
-            h.long_dst,
-            args,
-            payload,
-        );
+        let headroom = self.conduit.caps().frame_headroom;
+        let frame = wire::encode(self.conduit.frame_buffer(), headroom, &h, args, payload);
         let sent = self.conduit.am_send(dest, frame, long);
         self.bells.ring(dest);
         if sent.is_err() {
-            self.am.peers[dest].give_back(credits, self.concurrent);
+            self.am.peers[dest].give_back(h.credits, self.concurrent);
         }
         sent
     }
 
     fn send_control(&self, dest: usize, c: Control, args: &[u64]) {
-        let head = Head::new(Category::Short, Role::Control(c), 0, 0);
+        let head = frame_head(Category::Short, Role::Control(c), 0, 0);
         if let Err(e) = self.send_frame(dest, head, args, &[], None) {
             self.record_async_error(err!(
                 Transport,

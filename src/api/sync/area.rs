@@ -15,6 +15,9 @@ pub const TREE_DEGREE: usize = 4;
 /// Chunk slots per (writer, reader) pair.
 pub const SLOTS: usize = 4;
 pub(crate) const LINE: usize = 64;
+/// The length bits of an inbox slot's tag word (the channel's `LAST` and `ERR` flags
+/// sit above them; `chan` writes tags, `chan` and `chan_am` read them).
+pub(super) const LEN_MASK: u64 = (1 << 30) - 1;
 /// Payload bytes of a node collective slot ([`Area::nslot`]).
 pub const NSLOT: usize = 4096;
 /// Node collective slots per rank, used in turn: a broadcast root runs up to this

@@ -25,7 +25,7 @@
 //! made with other arguments, and can skip a whole stream (`coll` relies on this to
 //! report mismatched arguments instead of hanging).
 
-use super::area::SLOTS;
+use super::area::{LEN_MASK, SLOTS};
 use super::chan_am::TOGETHER;
 pub use super::state::Chans;
 use crate::api::ctx::CtxInner;
@@ -39,8 +39,6 @@ pub const LAST: u64 = 1 << 31;
 /// Tag flag: no data; the sender's call failed (its arguments were wrong or did not
 /// match another rank's). Always also `LAST`.
 pub const ERR: u64 = 1 << 30;
-/// The tag's length bits.
-pub(super) const LEN_MASK: u64 = (1 << 30) - 1;
 
 /// What a chunk belongs to: the collective call (`seq` counts a context's calls, the
 /// same on every rank) and the arguments its sender called it with.

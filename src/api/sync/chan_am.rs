@@ -19,8 +19,7 @@
 //! Waits for what these handlers write poll (`chan::chan_wait`): they run only in
 //! this rank's progress.
 
-use super::area::{LINE, SLOTS};
-use super::chan::LEN_MASK;
+use super::area::{LEN_MASK, LINE, SLOTS};
 use crate::api::am::table::Token;
 use crate::api::ctx::CtxInner;
 use crate::api::wire::{Category, Frame, LibHandler};
