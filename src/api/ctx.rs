@@ -67,7 +67,8 @@ pub struct CtxInner {
     pub state: AtomicU8,
     /// The subsystems composed into this context (their hooks run from here).
     pub(crate) subsystems: &'static [&'static Subsystem],
-    /// Their progress hooks, gathered once (every poll runs them).
+    /// Their progress hooks, gathered once from `subsystems` (every poll runs them;
+    /// walking every subsystem's optional hook cost about 20 instructions a poll).
     pub(crate) progress_hooks: Vec<fn(&CtxInner)>,
     pub am: AmState<LibHandlerFn>,
     pub rma: RmaState,

@@ -489,8 +489,8 @@ impl CtxInner {
     }
 
     /// Run the application handler calls postponed by no-interrupt sections, oldest
-    /// first, unless this thread is in a section or a handler itself.
-    /// One load when nothing is postponed (it runs on every poll).
+    /// first, unless this thread is in a section or a handler itself. It runs on
+    /// every poll: one load when nothing is postponed.
     #[inline]
     pub(crate) fn run_postponed(&self) {
         if self.am.postponed_n.load(Ordering::Acquire) != 0 {

@@ -603,10 +603,9 @@ impl CtxInner {
         true
     }
 
-    /// Called from every poll: issue the deferred transfers whose moves were
-    /// answered (so their references do the work they were taken for at once).
-    /// The progress hook: deferred non-blocking transfers whose moves were answered.
-    /// One load when nothing is deferred (it runs on every poll).
+    /// The progress hook, run by every poll: issue the deferred non-blocking
+    /// transfers whose moves were answered (so their references do the work they
+    /// were taken for at once). One load when nothing is deferred.
     #[inline]
     pub(crate) fn rma_progress(&self) {
         if self.rma.has_deferred.load(Ordering::Acquire) {

@@ -22,7 +22,7 @@
 //! by the layer above); every pull is acknowledged, delivered or not, so the sender
 //! never waits for a payload the receiver refused.
 
-use super::ring::{Head, Kind, Popped, PushError, Ring, CELL};
+use super::ring::{Head, Kind, Popped, Ring, CELL};
 use super::{MpiConduit, PREFIX};
 use crate::bail;
 use crate::conduit::{Conduit, LongIn, LongSrc, SendId, Sink};
@@ -235,13 +235,11 @@ impl MpiConduit {
             ..Head::default()
         };
         let Some(l) = long else {
-            return match ring.push(Kind::Frame, &head, body, &n.seen[dest]) {
-                Ok(()) => {
-                    self.recycle(frame);
-                    NodeSent::Done(None)
-                }
-                Err(PushError::Full | PushError::TooBig) => NodeSent::Mpi(frame, None),
-            };
+            if self.push_frame(n, dest, body) {
+                self.recycle(frame);
+                return NodeSent::Done(None);
+            }
+            return NodeSent::Mpi(frame, None); // full, or larger than half the ring
         };
         let (ptr, len) = match &l {
             LongSrc::Borrowed { ptr, len } => (*ptr as usize, *len),
@@ -288,12 +286,18 @@ impl MpiConduit {
         if self.finalized.load(Ordering::Acquire) {
             return false; // the general path says why
         }
+        self.push_frame(n, dest, frame)
+    }
+
+    /// Push one frame (no long payload) into node peer `dest`'s ring: false when it
+    /// is full or the frame is larger than half of it.
+    fn push_frame(&self, n: &NodeAm, dest: usize, body: &[u8]) -> bool {
         let head = Head {
             src: self.rank as u32,
             ..Head::default()
         };
         n.ring(dest)
-            .push(Kind::Frame, &head, frame, &n.seen[dest])
+            .push(Kind::Frame, &head, body, &n.seen[dest])
             .is_ok()
     }
 
