@@ -27,9 +27,10 @@
  *     then pull), never blocking while the peer might wait on them.
  *  e. all-to-all: every rank opens a full-duplex pipe to every other rank and sends K
  *     messages to each, round-robin, reading from all; per-pipe order and source are
- *     checked. Opens and closes go in increasing peer order: then every rank handles
- *     its pairs in increasing (min rank, max rank) order, so the smallest unfinished
- *     pair always has both ends waiting on it and no cycle of waits can form.
+ *     checked. Opens go in increasing peer order: then every rank handles its pairs
+ *     in increasing (min rank, max rank) order, so the smallest unfinished pair
+ *     always has both ends waiting on it and no cycle of waits can form. (Closes do
+ *     not wait for the peer; test_rpipe_close_order closes in other orders.)
  *  f. close: calls on a closed handle give FH_ERR_STATE (rmem NULL); a writer blocked
  *     in rpipe_rmalloc fails with FH_ERR_STATE when the reader closes, a reader blocked
  *     in rpipe_rread on an empty pipe when the writer closes; a reader reads
@@ -672,7 +673,7 @@ static void all_to_all(long k, size_t width, int mode, int policy, const char *w
   fd_t *g = malloc(sizeof *g * (size_t)nf);
   for (int i = 0; i < nf; i++) g[i] = f[(i + me) % nf];
   exchange(g, nf, k, width, what);
-  for (int i = 0; i < nf; i++) CHECK_OK(rpipe_close(f[i].p)); /* increasing peer order too */
+  for (int i = 0; i < nf; i++) CHECK_OK(rpipe_close(f[i].p));
   free(g);
   free(f);
 }
@@ -765,8 +766,8 @@ static void close_tests(int peer, int writer) {
       MPI_Send(&pull, 1, MPI_INT, peer, 79, MPI_COMM_WORLD); /* closed */
     } else {
       int x;
-      /* The writer's close returns only after ours, so it cannot have finished yet:
-       * read the first message, then wait until its BYE must have arrived. */
+      /* Read the first message, then wait until the writer's BYE must have
+       * arrived: the rest must still be readable after it. */
       CHECK_OK(rpipe_rread(p, &a, &len));
       check_msg("close f3", rpipe_rmem(p, a), len, 1, key, peer, 1024);
       CHECK_OK(rpipe_rfree(p, a));

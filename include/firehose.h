@@ -2257,10 +2257,11 @@ int rpipe_rfree(struct rpipe_t *p, rpipe_addr_t addr);
 int rpipe_stats(struct rpipe_t *p, struct rpipe_stats_t *stats_out);
 
 /**
- * Close this end. Both ends call it (it waits for the peer's close, so no RDMA
- * lands in memory given back). Messages still unread or unfreed are discarded
- * (reported on stderr with FH_VERBOSE=1). The handle is dead afterwards: using it
- * gives FH_ERR_STATE.
+ * Close this end. Both ends call it, in any order: it does not wait for the peer.
+ * This end's library heap goes back when the peer's close has arrived (seen at a
+ * later rpipe_open or rpipe_close, or at fh_finalize), so no RDMA lands in memory
+ * given back. Messages still unread or unfreed are discarded (reported on stderr
+ * with FH_VERBOSE=1). The handle is dead afterwards: using it gives FH_ERR_STATE.
  * Threads: one thread, with no other call on the pipe in progress. Not from AM handlers.
  */
 int rpipe_close(struct rpipe_t *p);

@@ -393,8 +393,9 @@ fn all_to_all_pipes() {
             for me in 0..n {
                 let c = &c;
                 sc.spawn(move || {
-                    // Opens (and closes) in increasing peer order: every node walks
-                    // the pairs in one global order, so no wait cycle can form.
+                    // Opens in increasing peer order: every node walks the pairs in
+                    // one global order, so no wait cycle can form. (Closes do not
+                    // wait for the peer.)
                     let pipes: Vec<(usize, Arc<Pipe>)> = (0..n)
                         .filter(|&p| p != me)
                         .map(|p| (p, rpipe::open(&c[me].inner, p as i64, s).unwrap()))
@@ -433,6 +434,50 @@ fn all_to_all_pipes() {
             }
         })
     });
+}
+
+/// Closes do not wait for the peer: one thread closes both ends of two pipes in
+/// "crossed" order (each rank its writing pipe first), and each end's library heap
+/// comes back once both ends have closed (at the next open or close).
+#[test]
+fn closes_in_any_order_and_give_the_heap_back() {
+    let _s = serial();
+    let (_w, c) = world(2);
+    let in_use = |i: usize| c[i].inner.heap.in_use();
+    let before = (in_use(0), in_use(1));
+    let s = |r| spec(r, 64 << 10, Transfer::Push, Policy::NextFit);
+    let (a_w, a_r) = pair(&c, 0, 1, s(Role::Writer), s(Role::Reader));
+    let one_pipe = (in_use(0), in_use(1));
+    assert!(one_pipe.0 > before.0 && one_pipe.1 > before.1);
+    let (b_r, b_w) = pair(&c, 0, 1, s(Role::Reader), s(Role::Writer));
+    let m = a_w.rmalloc(100, true).unwrap().unwrap();
+    fill(a_w.rmem(m).unwrap() as *mut u8, 3, 100);
+    a_w.rwrite(m).unwrap();
+    within(20, "crossed closes", || {
+        // Rank 0 closes its writing pipe (a), rank 1 its writing pipe (b), then the
+        // others: on one thread, so a close that waited for its peer would hang.
+        a_w.close().unwrap();
+        b_w.close().unwrap();
+        assert!(
+            in_use(0) > before.0,
+            "rank 1 has not closed a yet: a's blocks kept"
+        );
+        let (got, l) = a_r.rread(true).unwrap().unwrap();
+        check(a_r.rmem(got).unwrap() as *const u8, 3, l);
+        a_r.rfree(got).unwrap();
+        assert_eq!(st(a_r.rread(true)), Status::State, "the writer closed");
+        a_r.close().unwrap();
+        b_r.close().unwrap();
+    });
+    // Each rank's last close saw the other's BYEs only if they had arrived; the
+    // next open on each rank sweeps them: then only the new pipe holds heap.
+    let (x, y) = pair(&c, 0, 1, s(Role::Writer), s(Role::Reader));
+    assert_eq!(
+        (in_use(0), in_use(1)),
+        one_pipe,
+        "every closed pipe's blocks came back"
+    );
+    close_pair(&x, &y);
 }
 
 fn st<T>(r: firehose::Result<T>) -> Status {

@@ -9,9 +9,10 @@
 //! inside the peer's library heap. An end whose own arguments are bad still says
 //! `HELLO` (marked failed) so its peer is never left waiting.
 //!
-//! Close is pairwise too: each end completes its puts, sends `BYE` and waits for the
-//! peer's `BYE` before giving its blocks back, so no RDMA ever lands in (or reads
-//! from) memory that was returned to the heap. A blocked `rmalloc`/`rread` whose
+//! Close does not wait for the peer: each end completes its puts, sends `BYE` and
+//! keeps its blocks aside until the peer's `BYE` has arrived (`sweep`, at every open
+//! and close), so no RDMA ever lands in (or reads from) memory that was returned to
+//! the heap, and ends may close in any order. A blocked `rmalloc`/`rread` whose
 //! peer said `BYE` fails instead of waiting forever.
 //!
 //! Guarantees: handlers only record what arrived (bounded: a peer flooding HELLOs
@@ -122,6 +123,7 @@ pub fn open_checked(ctx: &Arc<CtxInner>, peer: i64, spec: Result<Spec>) -> Resul
     ctx.check_live()?;
     am::check_not_in_handler("rpipe_open")?;
     let peer = ctx.check_rank(peer)?;
+    sweep(ctx)?;
     if peer == ctx.rank {
         bail!(
             InvalidArg,
@@ -147,7 +149,7 @@ pub fn open_checked(ctx: &Arc<CtxInner>, peer: i64, spec: Result<Spec>) -> Resul
         if problem.is_some() {
             return 0;
         }
-        match ctx.heap.alloc(bytes) {
+        match alloc_block(ctx, peer, bytes) {
             Ok(a) => {
                 blocks.push(a);
                 a
@@ -155,10 +157,17 @@ pub fn open_checked(ctx: &Arc<CtxInner>, peer: i64, spec: Result<Spec>) -> Resul
             Err(e) => {
                 *problem = Some(err!(
                     NoMemory,
-                    "rpipe_open: the pipe needs {} bytes of library heap on rank {}: {}",
+                    "rpipe_open: the pipe needs {} bytes of library heap on rank {}: {}{}",
                     bytes,
                     ctx.rank,
-                    e.msg
+                    e.msg,
+                    match retiring(ctx) {
+                        0 => String::new(),
+                        n => format!(
+                            " ({} closed pipe(s) still hold theirs until their peer closes its end)",
+                            n
+                        ),
+                    }
                 ));
                 0
             }
@@ -231,6 +240,8 @@ pub fn open_checked(ctx: &Arc<CtxInner>, peer: i64, spec: Result<Spec>) -> Resul
         return Err(e);
     }
     let t = theirs.expect("waited for it");
+    // The peer's BYEs for pipes we closed earlier came before this HELLO.
+    sweep(ctx)?;
     let verdict = problem.map_or_else(|| agree(ctx, peer, &spec, &shape, &t), Err);
     if let Err(e) = verdict {
         free_blocks(&blocks);
@@ -365,18 +376,80 @@ impl Pipe {
             &[],
             None,
         )?;
-        let key = (self.peer, self.id);
-        let what = crate::api::stall::Wait::call(
-            "rpipe_close",
-            Some(self.peer),
-            "the peer's matching rpipe_close",
-        );
-        ctx.wait_for(what, || Ok(ctx.rpipe.byes.lock().remove(&key)))?;
-        for b in self.blocks() {
-            ctx.heap.free(b)?;
-        }
-        Ok(())
+        // The peer may still put into our inbox or read our outbox until its own
+        // close: the blocks wait for its BYE instead of this call waiting for it, so
+        // ends close in any order (two ranks that each close their writing pipe
+        // first must not wait on each other).
+        ctx.rpipe
+            .retiring
+            .lock()
+            .insert((self.peer, self.id), self.blocks());
+        sweep(ctx)
     }
+}
+
+/// Give back the library heap blocks of closed pipes whose peer has closed too
+/// (its BYE arrived: it flushed everything it put into them before sending it).
+/// Runs at every open and close.
+pub(super) fn sweep(ctx: &CtxInner) -> Result<()> {
+    let mut retiring = ctx.rpipe.retiring.lock();
+    if retiring.is_empty() {
+        return Ok(());
+    }
+    let mut gone = Vec::new();
+    {
+        let mut byes = ctx.rpipe.byes.lock();
+        retiring.retain(|key, blocks| {
+            let done = byes.remove(key);
+            if done {
+                gone.append(blocks);
+            }
+            !done
+        });
+    }
+    drop(retiring);
+    for b in gone {
+        ctx.heap.free(b)?;
+    }
+    Ok(())
+}
+
+/// `bytes` of library heap for a new pipe's block. When the heap is full while
+/// closed pipes still hold blocks, waits (progressing) up to [`RETIRING_WAIT`] for
+/// their peers' closes: a program that closes and reopens big pipes in turn must
+/// not fail because the peer's close of the last one is still on its way. Bounded,
+/// because the peer may be waiting for this open before it closes.
+fn alloc_block(ctx: &CtxInner, peer: usize, bytes: usize) -> Result<usize> {
+    let first = ctx.heap.alloc(bytes);
+    if first.is_ok() || retiring(ctx) == 0 {
+        return first;
+    }
+    let t0 = std::time::Instant::now();
+    let mut got = None;
+    ctx.wait_for(
+        crate::api::stall::Wait::call(
+            "rpipe_open",
+            Some(peer),
+            "library heap held by closed pipes until their peers close them",
+        ),
+        || {
+            sweep(ctx)?;
+            got = ctx.heap.alloc(bytes).ok();
+            Ok(got.is_some() || retiring(ctx) == 0 || t0.elapsed() > RETIRING_WAIT)
+        },
+    )?;
+    match got {
+        Some(a) => Ok(a),
+        None => ctx.heap.alloc(bytes),
+    }
+}
+
+/// How long an open waits for closed pipes' heap blocks (see [`alloc_block`]).
+const RETIRING_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Pipes closed here whose blocks still wait for the peer's close.
+fn retiring(ctx: &CtxInner) -> usize {
+    ctx.rpipe.retiring.lock().len()
 }
 
 fn refuse(ctx: &CtxInner, src: usize, what: &str) {

@@ -1,6 +1,6 @@
 //! The rpipe subsystem's per-context state (pure data): the pairing of opens, the
-//! handshake messages that arrived before their open, and the open pipes' "peer
-//! closed" flags.
+//! handshake messages that arrived before their open, the open pipes' "peer
+//! closed" flags, and the blocks of closed pipes that wait for the peer's close.
 
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -20,4 +20,8 @@ pub struct RpipeState {
     pub(crate) byes: Mutex<HashSet<(usize, u64)>>,
     /// Open pipes' "the peer said BYE" flags, by (peer, open number).
     pub(crate) open: Mutex<HashMap<(usize, u64), Weak<AtomicBool>>>,
+    /// Pipes closed here whose peer has not closed yet: (peer, open number) -> their
+    /// library heap blocks, given back when the peer's BYE arrives (`open::sweep`).
+    /// Lock order: `retiring`, then `byes`.
+    pub(crate) retiring: Mutex<HashMap<(usize, u64), Vec<usize>>>,
 }
