@@ -150,19 +150,19 @@ pub struct HeapView {
     pub fragmentation: f64,
 }
 
+/// The writer's record of one allocation, kept as its tag in the allocator.
 #[derive(Clone, Copy, Debug)]
 struct Alloc {
+    /// Bytes asked of rmalloc (the allocator keeps the rounded extent).
     len: usize,
+    /// rwrite sent it: the reader owns it until its free comes back.
     written: bool,
 }
 
-type Allocs = OffMap<Alloc>;
-
 /// The side that writes into the peer's inbox.
 struct Tx {
-    space: Rmalloc,
-    /// Offset -> allocation. Invariant: the same offsets as `space`'s live set.
-    allocs: Allocs,
+    /// The peer's inbox space, each live allocation tagged with its record.
+    space: Rmalloc<Alloc>,
     /// Local outbox block.
     outbox: usize,
     /// The peer's inbox block.
@@ -304,8 +304,7 @@ impl Pipe {
         let rx_ring = ends.rx.map_or(0, |(inbox, _)| inbox + shape.ring_off());
         let inner = Inner {
             tx: ends.tx.map(|(outbox, peer_inbox)| Tx {
-                space: Rmalloc::new(shape.width, UNIT, policy),
-                allocs: Allocs::default(),
+                space: Rmalloc::tagged(shape.width, UNIT, policy),
                 outbox,
                 peer_inbox,
                 peer_view: ctx
@@ -464,18 +463,15 @@ impl Pipe {
     }
 
     fn try_alloc(&self, tx: &mut Tx, nbytes: usize) -> Option<usize> {
-        if tx.allocs.len() >= self.shape.slots {
+        if tx.space.allocations() >= self.shape.slots {
             return None;
         }
-        let off = tx.space.alloc(nbytes)?;
+        let rec = Alloc {
+            len: nbytes,
+            written: false,
+        };
+        let off = tx.space.alloc_tagged(nbytes, rec)?;
         debug_assert!(off + extent(nbytes) <= self.shape.width);
-        tx.allocs.insert(
-            off,
-            Alloc {
-                len: nbytes,
-                written: false,
-            },
-        );
         Some(off)
     }
 
@@ -496,31 +492,26 @@ impl Pipe {
         // words long, and nothing writes it until the next sync (under our lock).
         let fresh =
             unsafe { std::slice::from_raw_parts(view as *const u64, self.shape.bitmap / 8) };
-        // Messages the reader freed (in ascending order), given back in one batch.
-        let mut freed = Vec::new();
-        for u in freemap::changed(&mut tx.seen, fresh) {
-            let off = u * UNIT;
-            match tx.allocs.get(&off) {
-                Some(a) if a.written => {
-                    tx.allocs.remove(&off);
-                    freed.push(off);
-                }
-                _ => {
-                    stats.refused += 1;
-                    self.ctx.record_async_error(err!(
-                        Transport,
-                        "rpipe: rank {} freed offset {:#x} of pipe {}, which holds no message it was sent: ignored",
-                        self.peer,
-                        off,
-                        self.id
-                    ));
-                }
-            }
-        }
-        stats.frees_seen += freed.len() as u64;
-        // Every offset was a live allocation of `allocs`, which mirrors `space`.
-        tx.space
-            .free_batch(freed, |_| debug_assert!(false, "allocs and space disagree"));
+        // Messages the reader freed (in ascending order), given back in one batch;
+        // a flip of a unit that holds no written message is refused and reported.
+        let changed = freemap::changed(&mut tx.seen, fresh);
+        let mut refused = 0u64;
+        tx.space.free_batch_if(
+            changed.iter().map(|&u| u * UNIT),
+            |a| a.written,
+            |off| {
+                refused += 1;
+                self.ctx.record_async_error(err!(
+                    Transport,
+                    "rpipe: rank {} freed offset {:#x} of pipe {}, which holds no message it was sent: ignored",
+                    self.peer,
+                    off,
+                    self.id
+                ));
+            },
+        );
+        stats.refused += refused;
+        stats.frees_seen += changed.len() as u64 - refused;
         Ok(())
     }
 
@@ -532,7 +523,7 @@ impl Pipe {
         match self.decode(&g, addr)? {
             Side::Tx(off) => {
                 let tx = g.tx.as_ref().expect("decoded");
-                match tx.allocs.get(&off) {
+                match tx.space.tag(off) {
                     Some(a) if !a.written => Ok(tx.outbox + off),
                     Some(_) => bail!(
                         InvalidArg,
@@ -561,12 +552,9 @@ impl Pipe {
         }
     }
 
-    /// Send the allocation at `addr` to the reader.
-    ///
-    /// Long because the data-before-notice ordering is one protocol under the pipe
-    /// lock: the data put and its flush (or a SeqCst fence for pull), then the notice
-    /// words and their flush; `tx.seq` and the allocation's `written` flag advance only
-    /// after both, and the staging-line SAFETY arguments rest on those flushes.
+    /// Send the allocation at `addr` to the reader: data, then the notice, under the
+    /// pipe lock (`push_direct` or `write_through`); `tx.seq` and the allocation's
+    /// `written` flag advance only after both.
     pub fn rwrite(&self, addr: u64) -> Result<()> {
         self.live()?;
         am::check_not_in_handler("rpipe_rwrite")?;
@@ -580,7 +568,7 @@ impl Pipe {
         };
         let Inner { tx, stats, .. } = &mut *g;
         let tx = tx.as_mut().expect("decoded");
-        let len = match tx.allocs.get(&off) {
+        let len = match tx.space.tag(off) {
             Some(a) if !a.written => a.len,
             Some(_) => bail!(
                 InvalidArg,
@@ -594,10 +582,79 @@ impl Pipe {
             ),
         };
         let seq = tx.seq + 1;
-        let c = &self.ctx.conduit;
-        let stage = tx.outbox + self.shape.stage_off();
         let slot = slots::slot_addr(tx.peer_inbox + self.shape.ring_off(), self.shape.slots, seq);
         let inline = self.transfer == Transfer::Push && len <= slots::INLINE_MAX;
+        let (off_units, len_word) = ((off / UNIT) as u64, len as u64);
+        let a = off_units | if inline { INLINE_BIT } else { 0 };
+        let words = slots::encode(seq, a, len_word);
+        match (tx.peer_view, self.transfer) {
+            (Some(view), Transfer::Push) => self.push_direct(tx, view, off, len, slot, words),
+            _ => self.write_through(tx, off, len, slot, inline, words)?,
+        }
+        self.ctx.bells.ring(self.peer);
+        tx.seq = seq;
+        tx.space.tag_mut(off).expect("checked").written = true;
+        stats.written += 1;
+        stats.bytes_written += len as u64;
+        Ok(())
+    }
+
+    /// `rwrite` into a node-shared peer's mapping, push mode: the bytes (into the
+    /// slot when inline, else into the inbox at the allocation) straight from our
+    /// mirror, then the notice words with release stores. Plain stores become
+    /// visible in program order, so data-before-notice needs no fence beyond the
+    /// release (a full fence would stall until the peer's lines arrived).
+    fn push_direct(
+        &self,
+        tx: &Tx,
+        view: usize,
+        off: usize,
+        len: usize,
+        slot: usize,
+        words: [u64; 2],
+    ) {
+        let here = |raddr: usize| {
+            debug_assert!(
+                raddr >= tx.peer_inbox && raddr < tx.peer_inbox + self.shape.inbox_bytes()
+            );
+            view + (raddr - tx.peer_inbox)
+        };
+        let dst = if len <= slots::INLINE_MAX {
+            slot
+        } else {
+            tx.peer_inbox + off
+        };
+        // SAFETY: `len` bytes of our mirror at the allocation (library heap) into the
+        // peer's inbox block as mapped here: its slot's inline area (len <= 48) or the
+        // allocation's extent in its space (inside the width, checked at rmalloc).
+        unsafe {
+            std::ptr::copy_nonoverlapping((tx.outbox + off) as *const u8, here(dst) as *mut u8, len)
+        };
+        let w = here(slot + slots::WORDS_AT);
+        // SAFETY: the slot's two words, 8-byte aligned, in the peer's ring as mapped
+        // here; the reader loads them atomically (`slots::load`).
+        unsafe {
+            std::sync::atomic::AtomicU64::from_ptr(w as *mut u64)
+                .store(words[0], Ordering::Release);
+            std::sync::atomic::AtomicU64::from_ptr((w + 8) as *mut u64)
+                .store(words[1], Ordering::Release);
+        }
+    }
+
+    /// `rwrite` through the transport (and pull mode through a mapping): the data
+    /// put and its completion (or a full fence for pull), then the notice words put
+    /// from our staging line and completed.
+    fn write_through(
+        &self,
+        tx: &Tx,
+        off: usize,
+        len: usize,
+        slot: usize,
+        inline: bool,
+        words: [u64; 2],
+    ) -> Result<()> {
+        let c = &self.ctx.conduit;
+        let stage = tx.outbox + self.shape.stage_off();
         // A node-shared peer: write straight through its mapping. Plain stores become
         // visible in program order, so data-before-notice needs only a release fence
         // (a full fence, as in flush, would stall until the peer's lines arrived).
@@ -655,8 +712,6 @@ impl Pipe {
             // mirror must be globally visible before the notice is.
             (Transfer::Pull, _) => fence(Ordering::SeqCst),
         }
-        let a = (off / UNIT) as u64 | if inline { INLINE_BIT } else { 0 };
-        let words = slots::encode(seq, a, len as u64);
         let wstage = stage + slots::WORDS_AT;
         // SAFETY: the last 16 bytes of our 64-byte staging line, 8-byte aligned; the
         // previous notice put from it completed at its flush.
@@ -666,11 +721,6 @@ impl Pipe {
         // Complete the notice too: a reader must never wait on a put that an MPI
         // library keeps queued until our next call.
         complete()?;
-        self.ctx.bells.ring(self.peer);
-        tx.seq = seq;
-        tx.allocs.get_mut(&off).expect("checked").written = true;
-        stats.written += 1;
-        stats.bytes_written += len as u64;
         Ok(())
     }
 
@@ -826,9 +876,8 @@ impl Pipe {
             }
             Side::Tx(off) => {
                 let tx = g.tx.as_mut().expect("decoded");
-                match tx.allocs.get(&off) {
+                match tx.space.tag(off) {
                     Some(a) if !a.written => {
-                        tx.allocs.remove(&off);
                         let freed = tx.space.free(off);
                         debug_assert!(freed.is_ok());
                         Ok(())
@@ -853,7 +902,7 @@ impl Pipe {
         let view = g.tx.as_ref().map_or(HeapView::default(), |tx| HeapView {
             free_bytes: tx.space.free_bytes(),
             largest_free: tx.space.largest_free(),
-            allocations: tx.allocs.len(),
+            allocations: tx.space.allocations(),
             fragmentation: tx.space.fragmentation(),
         });
         (g.stats, view)

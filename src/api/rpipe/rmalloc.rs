@@ -17,8 +17,13 @@
 //! are adjacent); every offset handed out is a multiple of `align`; a free of an
 //! offset that is not a live allocation is refused (double free, stray offset),
 //! never corrupting the lists.
+//!
+//! Each live allocation carries a tag of the caller's (`Rmalloc<T>`; `()` by
+//! default): the pipe keeps its per-allocation record there, so one map, not two,
+//! is touched per allocation and per free.
 
 use super::offmap::OffMap;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Allocation policy.
@@ -38,7 +43,7 @@ pub enum FreeError {
 }
 
 #[derive(Debug)]
-pub struct Rmalloc {
+pub struct Rmalloc<T = ()> {
     size: usize,
     align: usize,
     policy: Policy,
@@ -47,8 +52,8 @@ pub struct Rmalloc {
     /// The same blocks by (length, start), kept for best/worst fit only (next and
     /// first fit never need it on the allocation path).
     by_size: BTreeSet<(usize, usize)>,
-    /// Live allocations: start -> length (rounded to `align`).
-    live: OffMap<usize>,
+    /// Live allocations: start -> (length rounded to `align`, the caller's tag).
+    live: OffMap<(usize, T)>,
     /// Next-fit's roving pointer: where the previous allocation ended.
     cursor: usize,
     /// Next fit's run `[start, end)`: the rest of the free block the last allocation
@@ -65,8 +70,21 @@ pub struct Rmalloc {
 
 impl Rmalloc {
     /// A heap of `size` bytes handing out offsets aligned to `align` (a power of
-    /// two); `size` is rounded down to a multiple of `align`.
+    /// two); `size` is rounded down to a multiple of `align`. Allocations untagged.
     pub fn new(size: usize, align: usize, policy: Policy) -> Rmalloc {
+        Rmalloc::tagged(size, align, policy)
+    }
+
+    /// Allocate `len` bytes; `None` if no free block is large enough (the caller
+    /// waits for frees: flow control).
+    pub fn alloc(&mut self, len: usize) -> Option<usize> {
+        self.alloc_tagged(len, ())
+    }
+}
+
+impl<T> Rmalloc<T> {
+    /// As [`Rmalloc::new`], for allocations that carry a `T`.
+    pub fn tagged(size: usize, align: usize, policy: Policy) -> Rmalloc<T> {
         assert!(align.is_power_of_two());
         let size = size & !(align - 1);
         let mut h = Rmalloc {
@@ -135,7 +153,22 @@ impl Rmalloc {
 
     /// Length of the live allocation at `off`.
     pub fn len_of(&self, off: usize) -> Option<usize> {
-        self.live.get(&off).copied()
+        self.live.get(&off).map(|&(l, _)| l)
+    }
+
+    /// The tag of the live allocation at `off`.
+    pub fn tag(&self, off: usize) -> Option<&T> {
+        self.live.get(&off).map(|(_, t)| t)
+    }
+
+    /// The tag of the live allocation at `off`, to change it.
+    pub fn tag_mut(&mut self, off: usize) -> Option<&mut T> {
+        self.live.get_mut(&off).map(|(_, t)| t)
+    }
+
+    /// Live allocations.
+    pub fn allocations(&self) -> usize {
+        self.live.len()
     }
 
     /// Whether the by-size index is kept.
@@ -187,14 +220,14 @@ impl Rmalloc {
         }
     }
 
-    /// Allocate `len` bytes; `None` if no free block is large enough (the caller
-    /// waits for frees: flow control).
-    pub fn alloc(&mut self, len: usize) -> Option<usize> {
+    /// Allocate `len` bytes tagged `tag`; `None` if no free block is large enough
+    /// (the caller waits for frees: flow control).
+    pub fn alloc_tagged(&mut self, len: usize, tag: T) -> Option<usize> {
         let need = self.rounded(len)?;
         let next_fit = self.policy == Policy::NextFit;
         if next_fit {
             if self.run.1 - self.run.0 >= need {
-                return Some(self.take_run(need));
+                return Some(self.take_run(need, tag));
             }
             self.end_run();
         }
@@ -210,24 +243,24 @@ impl Rmalloc {
             // The rest of the block becomes the run, this allocation its first bump.
             self.run = (at, s + l);
             self.free_bytes += s + l - at;
-            return Some(self.take_run(need));
+            return Some(self.take_run(need, tag));
         }
         if at + need < s + l {
             self.insert_free(at + need, s + l - at - need);
         }
-        self.live.insert(at, need);
+        self.live.insert(at, (need, tag));
         self.cursor = (at + need) % self.size.max(1);
         self.check();
         Some(at)
     }
 
     /// The next `need` bytes of the run (it has them).
-    fn take_run(&mut self, need: usize) -> usize {
+    fn take_run(&mut self, need: usize, tag: T) -> usize {
         let at = self.run.0;
         debug_assert!(self.run.1 - at >= need);
         self.run.0 += need;
         self.free_bytes -= need;
-        self.live.insert(at, need);
+        self.live.insert(at, (need, tag));
         self.cursor = self.run.0 % self.size.max(1);
         self.check();
         at
@@ -245,7 +278,7 @@ impl Rmalloc {
     /// Free the allocation starting at `off`, coalescing with its neighbours.
     /// Returns its length.
     pub fn free(&mut self, off: usize) -> Result<usize, FreeError> {
-        let l = self.live.remove(&off).ok_or(FreeError::NotAllocated)?;
+        let (l, _) = self.live.remove(&off).ok_or(FreeError::NotAllocated)?;
         self.insert_coalesced(off, off + l);
         self.check();
         Ok(l)
@@ -258,13 +291,27 @@ impl Rmalloc {
     pub fn free_batch(
         &mut self,
         offs: impl IntoIterator<Item = usize>,
+        refused: impl FnMut(usize),
+    ) {
+        self.free_batch_if(offs, |_| true, refused)
+    }
+
+    /// As [`Self::free_batch`], freeing only allocations whose tag `accept`s; the
+    /// others go to `refused` too, unchanged.
+    pub fn free_batch_if(
+        &mut self,
+        offs: impl IntoIterator<Item = usize>,
+        mut accept: impl FnMut(&T) -> bool,
         mut refused: impl FnMut(usize),
     ) {
         let mut pending: Option<(usize, usize)> = None;
         for off in offs {
-            let Some(l) = self.live.remove(&off) else {
-                refused(off);
-                continue;
+            let l = match self.live.entry(off) {
+                Entry::Occupied(e) if accept(&e.get().1) => e.remove().0,
+                _ => {
+                    refused(off);
+                    continue;
+                }
             };
             pending = match pending {
                 Some((s, e)) if e == off => Some((s, off + l)),
@@ -314,7 +361,7 @@ impl Rmalloc {
             .free
             .iter()
             .map(|(&s, &l)| (s, l, true))
-            .chain(self.live.iter().map(|(&s, &l)| (s, l, false)))
+            .chain(self.live.iter().map(|(&s, &(l, _))| (s, l, false)))
             .chain((re > rs).then_some((rs, re - rs, false)))
             .collect();
         blocks.sort_unstable();
