@@ -36,12 +36,14 @@ pub fn bytes_for(units: usize) -> usize {
 ///
 /// # Safety
 /// `base` must be the 8-byte aligned bitmap of at least `u + 1` bits, live for the
-/// pipe's life.
+/// pipe's life, and the caller its only writer (the reader, under its pipe lock).
 pub unsafe fn toggle(base: usize, u: usize) {
-    // SAFETY: in bounds and aligned per the contract; the writer reads this word by
-    // RDMA concurrently, so it is changed with one atomic read-modify-write.
+    // SAFETY: in bounds and aligned per the contract. The writer only reads this word
+    // (by RDMA, concurrently): one whole-word store, and no read-modify-write (a
+    // locked instruction) is needed, since nobody else stores to it.
     let w = unsafe { AtomicU64::from_ptr((base + (u / 64) * 8) as *mut u64) };
-    w.fetch_xor((1u64 << (u % 64)).to_le(), Ordering::Release);
+    let v = w.load(Ordering::Relaxed) ^ (1u64 << (u % 64)).to_le();
+    w.store(v, Ordering::Release);
 }
 
 /// Writer side: the units whose bits differ between `seen` and `fresh` (a newer

@@ -774,14 +774,17 @@ impl Pipe {
     /// pulls the data; the copies' SAFETY rests on that validation just above them, and
     /// a failed pull rolls the claim back.
     fn take_one(&self) -> Result<Option<(u64, usize)>> {
+        let mut peeked = None;
         if self.rx_ring != 0 {
             // Peek without the lock: nothing new is the common case of a poll.
             let seq = self.rx_next.load(Ordering::Acquire);
             let slot = slots::slot_addr(self.rx_ring, self.shape.slots, seq);
             // SAFETY: a slot of our own ring (library heap, 16-byte aligned).
-            if slots::decode(seq, unsafe { slots::load(slot) }).is_none() {
+            let words = unsafe { slots::load(slot) };
+            if slots::decode(seq, words).is_none() {
                 return Ok(None);
             }
+            peeked = Some((seq, slot, words));
         }
         let mut g = self.inner.lock();
         let Inner { rx, stats, .. } = &mut *g;
@@ -789,9 +792,17 @@ impl Pipe {
             .as_mut()
             .ok_or_else(|| err!(State, "this end of the pipe only writes"))?;
         let seq = rx.taken + 1;
-        let slot = slots::slot_addr(rx.inbox + self.shape.ring_off(), self.shape.slots, seq);
-        // SAFETY: a slot of our own ring (library heap, 16-byte aligned).
-        let words = unsafe { slots::load(slot) };
+        // The peeked record is still the next one unless another thread took it
+        // meanwhile (a record's words never change until it is taken).
+        let (slot, words) = match peeked {
+            Some((s, slot, words)) if s == seq => (slot, words),
+            _ => {
+                let slot =
+                    slots::slot_addr(rx.inbox + self.shape.ring_off(), self.shape.slots, seq);
+                // SAFETY: a slot of our own ring (library heap, 16-byte aligned).
+                (slot, unsafe { slots::load(slot) })
+            }
+        };
         let Some((units, len)) = slots::decode(seq, words) else {
             return Ok(None);
         };
@@ -870,7 +881,8 @@ impl Pipe {
                         addr
                     );
                 }
-                // SAFETY: our bitmap (inbox, library heap), unit off/UNIT < width/UNIT.
+                // SAFETY: our bitmap (inbox, library heap), unit off/UNIT < width/UNIT; we hold
+                // the pipe lock, so this is the bitmap's only writer.
                 unsafe { freemap::toggle(rx.inbox + self.shape.bitmap_off(), off / UNIT) };
                 Ok(())
             }
