@@ -553,8 +553,8 @@ impl Pipe {
     }
 
     /// Send the allocation at `addr` to the reader: data, then the notice, under the
-    /// pipe lock (`push_direct` or `write_through`); `tx.seq` and the allocation's
-    /// `written` flag advance only after both.
+    /// pipe lock (`push_direct` or `write_through`); `tx.seq` advances, and the
+    /// allocation stays marked written, only when both went out.
     pub fn rwrite(&self, addr: u64) -> Result<()> {
         self.live()?;
         am::check_not_in_handler("rpipe_rwrite")?;
@@ -568,8 +568,12 @@ impl Pipe {
         };
         let Inner { tx, stats, .. } = &mut *g;
         let tx = tx.as_mut().expect("decoded");
-        let len = match tx.space.tag(off) {
-            Some(a) if !a.written => a.len,
+        // Marked written in the same lookup; a failed transfer below marks it back.
+        let len = match tx.space.tag_mut(off) {
+            Some(a) if !a.written => {
+                a.written = true;
+                a.len
+            }
             Some(_) => bail!(
                 InvalidArg,
                 "{:#x} was already written (rpipe_rwrite twice)",
@@ -589,11 +593,15 @@ impl Pipe {
         let words = slots::encode(seq, a, len_word);
         match (tx.peer_view, self.transfer) {
             (Some(view), Transfer::Push) => self.push_direct(tx, view, off, len, slot, words),
-            _ => self.write_through(tx, off, len, slot, inline, words)?,
+            _ => {
+                if let Err(e) = self.write_through(tx, off, len, slot, inline, words) {
+                    tx.space.tag_mut(off).expect("checked").written = false;
+                    return Err(e);
+                }
+            }
         }
         self.ctx.bells.ring(self.peer);
         tx.seq = seq;
-        tx.space.tag_mut(off).expect("checked").written = true;
         stats.written += 1;
         stats.bytes_written += len as u64;
         Ok(())
