@@ -2,7 +2,8 @@
  * rank 0 makes its first put into rank 1's plain memory through firehose (FH_SHM=0:
  * a move the target must answer) with the progress mechanism off. With
  * FH_STALL_WARN=2 rank 0 must print one line naming itself, the call, rank 1 and
- * the missing move answer; with FH_STALL_ABORT=6 the put must give up with
+ * the missing move answer (and the oversubscription hint only when the node has
+ * fewer processors than ranks); with FH_STALL_ABORT=6 the put must give up with
  * FH_ERR_TRANSPORT well before rank 1 comes back. Afterwards the job goes on. */
 #include "common.h"
 #include <unistd.h>
@@ -62,6 +63,12 @@ int main(int argc, char **argv) {
     int lines = 0;
     for (const char *p = log; (p = strstr(p, "has waited")) != NULL; p++) lines++;
     CHECK(lines == 1, "one line per episode, got %d", lines);
+    /* The oversubscription hint appears exactly when the node runs more ranks than
+     * it has processors online. */
+    int crowded = n > sysconf(_SC_NPROCESSORS_ONLN);
+    CHECK((strstr(log, "mpi_yield_when_idle") != NULL) == crowded,
+          "the oversubscription hint is %s on a node %s: %s", crowded ? "missing" : "there",
+          crowded ? "with more ranks than processors" : "with a processor per rank", log);
     free(log);
   }
   /* Back together; the put now succeeds. */

@@ -205,7 +205,7 @@ impl<'a> Watch<'a> {
              does not serve it, or never makes the matching call. Fix: make that rank call \
              fh_poll during long computations, or run with FH_PROGRESS=thread \
              (MPI_THREAD_MULTIPLE), and keep FH_MPI_PROGRESS=1 with -lfirehose linked before \
-             MPI so blocking MPI calls serve it. (FH_STALL_WARN=0 silences this line; \
+             MPI so blocking MPI calls serve it.{} (FH_STALL_WARN=0 silences this line; \
              FH_STALL_ABORT=N gives up after N s.)",
             self.ctx.rank,
             self.what.call,
@@ -213,7 +213,20 @@ impl<'a> Watch<'a> {
             self.who(),
             self.what.missing,
             self.who(),
+            self.crowded_hint(),
         )
+    }
+
+    /// On a node with more ranks than cores: the one known cause of a starved rank
+    /// that the fixes above do not cover (README, "Running on a cluster").
+    fn crowded_hint(&self) -> &'static str {
+        if self.ctx.bells.policy() == crate::runtime::wait::CROWDED {
+            " This node runs more ranks than cores: with Open MPI, also run mpirun \
+             --mca mpi_yield_when_idle 0 (its idle yields can starve a rank for seconds \
+             under Linux's EEVDF scheduler)."
+        } else {
+            ""
+        }
     }
 
     fn error(&self, how: &str) -> Error {
