@@ -2348,7 +2348,7 @@ int fh_lock_destroy(struct fh_lock_t *lock);
  * messages while waiting. MPI_Barrier serves the library too (FH_MPI_PROGRESS), so
  * either may be used between phases; this one is split-phase capable and, on one
  * node, needs no MPI at all.
- * Algorithm: FH_BARRIER (dissemination by default, tree or mpi); same as
+ * Algorithm: FH_BARRIER (node by default, dissemination, tree or mpi); same as
  * fh_barrier_notify + fh_barrier_wait with FH_BARRIER_ANONYMOUS.
  * Threads: one thread per rank at a time. Not from AM handlers (blocks).
  */

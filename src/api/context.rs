@@ -148,6 +148,16 @@ impl Context {
         let want_thread = cfg.progress == Progress::Thread;
         let can_thread = c.caps().thread_multiple;
         if want_thread && !can_thread {
+            // Asked for and refused: say so once per job (every rank with
+            // FH_VERBOSE=1), not only in fh_config_print.
+            if c.rank() == 0 || cfg.verbose {
+                eprintln!(
+                    "firehose[{}]: FH_PROGRESS=thread needs MPI_THREAD_MULTIPLE (MPI_Init_thread); \
+                     MPI gave less, so there is no progress thread: ranks progress only inside \
+                     library calls and interposed blocking MPI calls",
+                    c.rank()
+                );
+            }
             info.push(
                 "progress thread: DISABLED (FH_PROGRESS=thread needs MPI_THREAD_MULTIPLE); \
                  polling only"
