@@ -694,7 +694,8 @@ int fh_am_register(struct fh_ctx_t *ctx, unsigned int index, fh_am_handler_t fn_
 /**
  * Send a short request (arguments only) to `rank`'s handler `index`. Blocks only
  * while flow control says `rank` has too many of our requests unhandled (it keeps
- * serving AMs meanwhile).
+ * serving AMs meanwhile). The handler runs at the target's next poll, which may
+ * come after a barrier both ranks pass: a reply tells the sender that it ran.
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */
