@@ -115,6 +115,7 @@ extra test_firehose 2 - FH_REGISTRATION=pin-everything FH_FIREHOSE_M=16M FH_TEST
 # different nodes take).
 extra test_rpipe 2 - FH_SHM=0
 extra test_rpipe_close_order 8 - FH_SHM=0
+extra test_rpipe_ring 8 - FH_SHM=0
 extra test_ring 4 - FH_SHM=0
 extra test_firehose 2 - FH_SHM=0 "${SMALL[@]}"
 # Atomics and locks: every operation an MPI compare-and-swap (the mixed-operation
