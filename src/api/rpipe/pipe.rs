@@ -159,6 +159,15 @@ struct Alloc {
     written: bool,
 }
 
+/// What `rwrite` tells the reader: the words for slot `slot` of its ring, and
+/// whether the bytes travel in that slot (`inline`) or at the allocation.
+#[derive(Clone, Copy)]
+struct Notice {
+    slot: usize,
+    inline: bool,
+    words: [u64; 2],
+}
+
 /// The side that writes into the peer's inbox.
 struct Tx {
     /// The peer's inbox space, each live allocation tagged with its record.
@@ -496,7 +505,7 @@ impl Pipe {
         // a flip of a unit that holds no written message is refused and reported.
         let changed = freemap::changed(&mut tx.seen, fresh);
         let mut refused = 0u64;
-        tx.space.free_batch_if(
+        tx.space.free_batch(
             changed.iter().map(|&u| u * UNIT),
             |a| a.written,
             |off| {
@@ -590,11 +599,15 @@ impl Pipe {
         let inline = self.transfer == Transfer::Push && len <= slots::INLINE_MAX;
         let (off_units, len_word) = ((off / UNIT) as u64, len as u64);
         let a = off_units | if inline { INLINE_BIT } else { 0 };
-        let words = slots::encode(seq, a, len_word);
+        let notice = Notice {
+            slot,
+            inline,
+            words: slots::encode(seq, a, len_word),
+        };
         match (tx.peer_view, self.transfer) {
-            (Some(view), Transfer::Push) => self.push_direct(tx, view, off, len, slot, words),
+            (Some(view), Transfer::Push) => self.push_direct(tx, view, off, len, &notice),
             _ => {
-                if let Err(e) = self.write_through(tx, off, len, slot, inline, words) {
+                if let Err(e) = self.write_through(tx, off, len, &notice) {
                     tx.space.tag_mut(off).expect("checked").written = false;
                     return Err(e);
                 }
@@ -612,23 +625,15 @@ impl Pipe {
     /// mirror, then the notice words with release stores. Plain stores become
     /// visible in program order, so data-before-notice needs no fence beyond the
     /// release (a full fence would stall until the peer's lines arrived).
-    fn push_direct(
-        &self,
-        tx: &Tx,
-        view: usize,
-        off: usize,
-        len: usize,
-        slot: usize,
-        words: [u64; 2],
-    ) {
+    fn push_direct(&self, tx: &Tx, view: usize, off: usize, len: usize, n: &Notice) {
         let here = |raddr: usize| {
             debug_assert!(
                 raddr >= tx.peer_inbox && raddr < tx.peer_inbox + self.shape.inbox_bytes()
             );
             view + (raddr - tx.peer_inbox)
         };
-        let dst = if len <= slots::INLINE_MAX {
-            slot
+        let dst = if n.inline {
+            n.slot
         } else {
             tx.peer_inbox + off
         };
@@ -638,29 +643,19 @@ impl Pipe {
         unsafe {
             std::ptr::copy_nonoverlapping((tx.outbox + off) as *const u8, here(dst) as *mut u8, len)
         };
-        let w = here(slot + slots::WORDS_AT);
-        // SAFETY: the slot's two words, 8-byte aligned, in the peer's ring as mapped
-        // here; the reader loads them atomically (`slots::load`).
-        unsafe {
-            std::sync::atomic::AtomicU64::from_ptr(w as *mut u64)
-                .store(words[0], Ordering::Release);
-            std::sync::atomic::AtomicU64::from_ptr((w + 8) as *mut u64)
-                .store(words[1], Ordering::Release);
-        }
+        // SAFETY: the peer's slot as mapped here: 64-byte aligned, inside its ring.
+        unsafe { slots::store(here(n.slot), n.words) };
     }
 
     /// `rwrite` through the transport (and pull mode through a mapping): the data
     /// put and its completion (or a full fence for pull), then the notice words put
     /// from our staging line and completed.
-    fn write_through(
-        &self,
-        tx: &Tx,
-        off: usize,
-        len: usize,
-        slot: usize,
-        inline: bool,
-        words: [u64; 2],
-    ) -> Result<()> {
+    fn write_through(&self, tx: &Tx, off: usize, len: usize, n: &Notice) -> Result<()> {
+        let Notice {
+            slot,
+            inline,
+            words,
+        } = *n;
         let c = &self.ctx.conduit;
         let stage = tx.outbox + self.shape.stage_off();
         // A node-shared peer: write straight through its mapping. Plain stores become

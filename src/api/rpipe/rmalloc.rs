@@ -286,19 +286,10 @@ impl<T> Rmalloc<T> {
 
     /// Free many allocations at once, in any order (cheapest ascending, as a writer
     /// learns them from the reader's free bitmap): neighbours freed together become
-    /// one free block before they reach the free map. `refused` gets every offset that
-    /// is not a live allocation (nothing is changed for it).
+    /// one free block before they reach the free map. Only allocations whose tag
+    /// `accept`s are freed; `refused` gets every other offset, and every offset that
+    /// is not a live allocation (nothing is changed for them).
     pub fn free_batch(
-        &mut self,
-        offs: impl IntoIterator<Item = usize>,
-        refused: impl FnMut(usize),
-    ) {
-        self.free_batch_if(offs, |_| true, refused)
-    }
-
-    /// As [`Self::free_batch`], freeing only allocations whose tag `accept`s; the
-    /// others go to `refused` too, unchanged.
-    pub fn free_batch_if(
         &mut self,
         offs: impl IntoIterator<Item = usize>,
         mut accept: impl FnMut(&T) -> bool,
@@ -491,7 +482,11 @@ mod tests {
                 one.free(o).unwrap();
             }
             let mut refused = Vec::new();
-            batch.free_batch(offs.iter().copied().chain([12, 8]), |o| refused.push(o));
+            batch.free_batch(
+                offs.iter().copied().chain([12, 8]),
+                |_| true,
+                |o| refused.push(o),
+            );
             assert_eq!(refused, vec![12, 8], "{p:?}");
             batch.validate().unwrap();
             assert_eq!(batch.free_bytes(), one.free_bytes());

@@ -95,6 +95,23 @@ pub unsafe fn load(addr: usize) -> [u64; 2] {
     }
 }
 
+/// Write the words of the slot at `addr` (a peer's ring, mapped here), each with a
+/// release store: data written before (the slot's inline bytes, or the message in
+/// the inbox) is visible to a reader whose [`load`] sees both words.
+///
+/// # Safety
+/// `addr` must be 64-byte aligned and valid for writes of [`SLOT_BYTES`].
+#[inline]
+pub unsafe fn store(addr: usize, words: [u64; 2]) {
+    let addr = addr + WORDS_AT;
+    // SAFETY: aligned and valid per the contract; the reader loads each word
+    // atomically, so each is stored whole.
+    unsafe {
+        AtomicU64::from_ptr(addr as *mut u64).store(words[0], Ordering::Release);
+        AtomicU64::from_ptr((addr + 8) as *mut u64).store(words[1], Ordering::Release);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,6 +129,23 @@ mod tests {
         let (old, new) = (encode(1, 1, 1), encode(9, 2, 2));
         assert_eq!(decode(9, [new[0], old[1]]), None);
         assert_eq!(decode(1, [new[0], old[1]]), None);
+    }
+
+    #[test]
+    fn store_then_load() {
+        #[repr(align(64))]
+        struct Line([u8; SLOT_BYTES]);
+        let mut line = Line([0; SLOT_BYTES]);
+        let addr = line.0.as_mut_ptr() as usize;
+        let w = encode(7, 3, 40);
+        // SAFETY: a live, 64-byte aligned line of SLOT_BYTES.
+        unsafe { store(addr, w) };
+        // SAFETY: as above.
+        assert_eq!(decode(7, unsafe { load(addr) }), Some((3, 40)));
+        assert!(
+            line.0[..WORDS_AT].iter().all(|&b| b == 0),
+            "inline area untouched"
+        );
     }
 
     #[test]
