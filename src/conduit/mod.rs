@@ -297,11 +297,13 @@ pub trait Conduit: Send + Sync {
     /// payload is still in use.
     fn am_send(&self, dest: usize, frame: Vec<u8>, long: Option<LongSrc>)
         -> Result<Option<SendId>>;
-    /// Send a small frame (no headroom, no long payload) at once, if this conduit has
-    /// a direct path to `dest` with room now (the node ring of a peer). False: nothing
-    /// was sent; the caller sends it through [`Conduit::am_send`]. The caller checked
+    /// Send a small frame of `len` bytes (no headroom, no long payload) at once, if
+    /// this conduit has a direct path to `dest` with room now (the node ring of a
+    /// peer): `fill` writes the frame straight into the conduit's memory, every byte
+    /// of the slice it is given. False: nothing was sent (and `fill` may not have
+    /// run); the caller sends it through [`Conduit::am_send`]. The caller checked
     /// `dest` and that the conduit is live.
-    fn am_send_small(&self, _dest: usize, _frame: &[u8]) -> bool {
+    fn am_send_small(&self, _dest: usize, _len: usize, _fill: &mut dyn FnMut(&mut [u8])) -> bool {
         false
     }
     /// An empty buffer to encode the next frame into (recycled when the conduit can).

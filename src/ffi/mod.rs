@@ -147,21 +147,24 @@ fn finalize_for_mpi() {
 /// # Safety
 /// The reference is valid until the context is finalized, which the header forbids
 /// to happen concurrently with any other call on it.
+#[inline]
 pub(crate) unsafe fn ctx_ref<'a>(p: *const fh_ctx_t) -> Result<&'a Context> {
+    CTXS.get(p as usize).map_err(|e| ctx_ref_failed(p, e))
+}
+
+/// What [`ctx_ref`] says about a handle it could not resolve.
+#[cold]
+fn ctx_ref_failed(p: *const fh_ctx_t, e: Error) -> Error {
     if p.is_null() {
-        return Err(crate::err!(
-            InvalidArg,
-            "ctx is NULL (create one with fh_init)"
-        ));
-    }
-    match CTXS.get(p as usize) {
-        Ok(c) => Ok(c),
-        Err(e) if MPI_DONE.lock().contains(&(p as usize)) => Err(crate::err!(
+        crate::err!(InvalidArg, "ctx is NULL (create one with fh_init)")
+    } else if MPI_DONE.lock().contains(&(p as usize)) {
+        crate::err!(
             State,
             "ctx was finalized by MPI_Finalize (call fh_finalize before MPI_Finalize): {}",
             e.msg
-        )),
-        Err(e) => Err(e),
+        )
+    } else {
+        e
     }
 }
 

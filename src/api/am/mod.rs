@@ -223,17 +223,19 @@ impl CtxInner {
         payload: &[u8],
         long: Option<LongSrc>,
     ) -> Result<Option<SendId>> {
-        /// Frames up to this size are encoded on the stack (every short frame fits).
+        /// Frames up to this size are encoded straight into the conduit's memory
+        /// when it has a direct path (every short frame fits).
         const SMALL: usize = 256;
         h.credits = self.am.peers[dest].take_owed(self.concurrent);
         let len = wire::frame_len(args.len(), payload.len());
-        if long.is_none() && len <= SMALL {
-            let mut b = [0u8; SMALL];
-            wire::encode_into(&mut b[..len], &h, args, payload);
-            if self.conduit.am_send_small(dest, &b[..len]) {
-                self.bells.ring(dest);
-                return Ok(None);
-            }
+        if long.is_none()
+            && len <= SMALL
+            && self.conduit.am_send_small(dest, len, &mut |dst| {
+                wire::encode_into(dst, &h, args, payload)
+            })
+        {
+            self.bells.ring(dest);
+            return Ok(None);
         }
         let headroom = self.conduit.caps().frame_headroom;
         let frame = wire::encode(self.conduit.frame_buffer(), headroom, &h, args, payload);
@@ -411,13 +413,9 @@ impl CtxInner {
             unreachable!("user handlers returned above")
         };
         let tok = Token::new(self as *const CtxInner as *const (), src, is_request);
-        HANDLERS_RUNNING.fetch_add(1, Ordering::AcqRel);
-        let prev = IN_HANDLER.with(|h| h.replace(true));
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| func(self, &tok, f)))
-            .map_err(|_| err!(Internal, "library handler {} panicked", f.handler));
-        IN_HANDLER.with(|h| h.set(prev));
-        HANDLERS_RUNNING.fetch_sub(1, Ordering::AcqRel);
-        r
+        let _h = HandlerScope::enter(self.concurrent);
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| func(self, &tok, f)))
+            .map_err(|_| err!(Internal, "library handler {} panicked", f.handler))
     }
 
     /// Run an application handler, now or postponed; a handler that returns holding
@@ -432,8 +430,7 @@ impl CtxInner {
         } else {
             (0, 0)
         };
-        HANDLERS_RUNNING.fetch_add(1, Ordering::AcqRel);
-        let prev = IN_HANDLER.with(|h| h.replace(true));
+        let scope = HandlerScope::enter(self.concurrent);
         // SAFETY: calling the application's handler with the documented arguments: a
         // token valid for this call, the payload (valid for this call), and the args
         // array of nargs entries.
@@ -447,8 +444,7 @@ impl CtxInner {
                 c.user as *mut c_void,
             )
         };
-        IN_HANDLER.with(|h| h.set(prev));
-        HANDLERS_RUNNING.fetch_sub(1, Ordering::AcqRel);
+        drop(scope);
         let (left, sections) = if hsl::anyone_holds() {
             (hsl::release_since(locks), hsl::reset_holds(holds))
         } else {

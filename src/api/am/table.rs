@@ -186,14 +186,44 @@ pub fn in_handler() -> bool {
     HANDLERS_RUNNING.load(Ordering::Acquire) != 0 && IN_HANDLER.with(|h| h.get())
 }
 
+/// While it lives, this thread runs a handler: [`in_handler`] says so, and the calls
+/// a handler may not make refuse. The process-wide count moves with a plain load and
+/// store when no threads race (`concurrent` false, as in [`add`]): a handler's entry
+/// and exit are on an AM round trip's path.
+pub(crate) struct HandlerScope {
+    prev: bool,
+    concurrent: bool,
+}
+
+impl HandlerScope {
+    #[inline]
+    pub(crate) fn enter(concurrent: bool) -> HandlerScope {
+        add(&HANDLERS_RUNNING, 1, concurrent);
+        HandlerScope {
+            prev: IN_HANDLER.with(|h| h.replace(true)),
+            concurrent,
+        }
+    }
+}
+
+impl Drop for HandlerScope {
+    #[inline]
+    fn drop(&mut self) {
+        IN_HANDLER.with(|h| h.set(self.prev));
+        if self.concurrent {
+            HANDLERS_RUNNING.fetch_sub(1, Ordering::AcqRel);
+        } else {
+            let v = HANDLERS_RUNNING.load(Ordering::Relaxed);
+            debug_assert!(v > 0, "a handler scope left more than it entered");
+            HANDLERS_RUNNING.store(v - 1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Run `f` as if it were a handler (library callbacks: blocking calls refuse).
 pub fn run_as_handler<R>(f: impl FnOnce() -> R) -> R {
-    HANDLERS_RUNNING.fetch_add(1, Ordering::AcqRel);
-    let prev = IN_HANDLER.with(|h| h.replace(true));
-    let r = f();
-    IN_HANDLER.with(|h| h.set(prev));
-    HANDLERS_RUNNING.fetch_sub(1, Ordering::AcqRel);
-    r
+    let _h = HandlerScope::enter(true);
+    f()
 }
 
 /// Calls that block or send requests are not allowed in handlers.

@@ -316,8 +316,8 @@ impl Conduit for MpiConduit {
         self.send_frame(dest, frame, long)
     }
 
-    fn am_send_small(&self, dest: usize, frame: &[u8]) -> bool {
-        self.send_node_small(dest, frame)
+    fn am_send_small(&self, dest: usize, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> bool {
+        self.send_node_small(dest, len, fill)
     }
 
     fn frame_buffer(&self) -> Vec<u8> {

@@ -279,25 +279,42 @@ impl MpiConduit {
     /// Push a small frame straight into node peer `dest`'s ring (no frame buffer,
     /// no copy through the pool); false when `dest` is not a node peer or its ring
     /// has no room (the caller then takes the general path, which may use MPI).
-    pub(super) fn send_node_small(&self, dest: usize, frame: &[u8]) -> bool {
+    pub(super) fn send_node_small(
+        &self,
+        dest: usize,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> bool {
         let Some(n) = self.node.as_ref().filter(|n| n.is_peer(dest)) else {
             return false;
         };
         if self.finalized.load(Ordering::Acquire) {
             return false; // the general path says why
         }
-        self.push_frame(n, dest, frame)
+        self.push_frame_with(n, dest, len, fill)
     }
 
     /// Push one frame (no long payload) into node peer `dest`'s ring: false when it
     /// is full or the frame is larger than half of it.
     fn push_frame(&self, n: &NodeAm, dest: usize, body: &[u8]) -> bool {
+        self.push_frame_with(n, dest, body.len(), &mut |dst| dst.copy_from_slice(body))
+    }
+
+    /// As [`Self::push_frame`], for a frame of `len` bytes that `fill` writes into
+    /// the ring (every byte).
+    fn push_frame_with(
+        &self,
+        n: &NodeAm,
+        dest: usize,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> bool {
         let head = Head {
             src: self.rank as u32,
             ..Head::default()
         };
         n.ring(dest)
-            .push(Kind::Frame, &head, body, &n.seen[dest])
+            .push_with(Kind::Frame, &head, len, &n.seen[dest], fill)
             .is_ok()
     }
 

@@ -239,17 +239,19 @@ impl Ring {
     /// Write a head at `pos`, but for its sequence word (written by `publish`).
     fn write_head(&self, pos: u64, kind: Kind, h: &Head, body: usize) {
         debug_assert!(body <= MAX_LEN);
-        let mut b = [0u8; HEAD_PULL];
         let w = kind as u64 | (body as u64) << 8 | (h.src as u64) << 32;
-        b[8..16].copy_from_slice(&w.to_le_bytes());
-        b[16..24].copy_from_slice(&h.long_ptr.to_le_bytes());
-        b[24..32].copy_from_slice(&h.long_len.to_le_bytes());
-        b[32..40].copy_from_slice(&h.long_seq.to_le_bytes());
-        let n = Ring::head_len(kind);
-        // SAFETY: the cell at `pos` is reserved by this producer (`reserve`), so no
-        // one reads or writes it until it is published; bytes 8.. are not its
-        // sequence word.
-        unsafe { std::ptr::copy_nonoverlapping(b[8..].as_ptr(), self.cell(pos).add(8), n - 8) };
+        let words: &[u64] = if kind == Kind::Pull {
+            &[w, h.long_ptr, h.long_len, h.long_seq, 0]
+        } else {
+            &[w]
+        };
+        debug_assert_eq!(8 + 8 * words.len(), Ring::head_len(kind));
+        for (i, x) in words.iter().enumerate() {
+            // SAFETY: the cell at `pos` is reserved by this producer (`reserve`), so
+            // no one reads or writes it until it is published; bytes 8.. of the head
+            // are not its sequence word, and a cell is 8-aligned.
+            unsafe { (self.cell(pos).add(8 + 8 * i) as *mut u64).write(x.to_le()) };
+        }
     }
 
     fn publish(&self, pos: u64) {
@@ -265,20 +267,35 @@ impl Ring {
         body: &[u8],
         seen: &AtomicU64,
     ) -> Result<(), PushError> {
+        self.push_with(kind, h, body.len(), seen, |dst| dst.copy_from_slice(body))
+    }
+
+    /// As [`Self::push`], for a body of `len` bytes that `fill` writes in place:
+    /// every byte of the slice it gets (which holds an earlier lap's bytes). A small
+    /// frame is encoded straight into its cells this way, with no copy on the stack.
+    pub(super) fn push_with(
+        &self,
+        kind: Kind,
+        h: &Head,
+        len: usize,
+        seen: &AtomicU64,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), PushError> {
         debug_assert!(kind != Kind::Pad);
-        if body.len() > self.max_body() {
+        if len > self.max_body() {
             return Err(PushError::TooBig);
         }
-        let n = Ring::cells_for(kind, body.len());
+        let n = Ring::cells_for(kind, len);
         let (t, pad) = self.reserve(n, seen)?;
         let at = t + pad;
-        self.write_head(at, kind, h, body.len());
+        self.write_head(at, kind, h, len);
         // SAFETY: cells [at, at + n) are reserved by us and do not wrap (reserve
-        // padded to the end), so the body's bytes fit behind the head.
-        unsafe {
-            let dst = self.cell(at).add(Ring::head_len(kind));
-            std::ptr::copy_nonoverlapping(body.as_ptr(), dst, body.len())
-        };
+        // padded to the end), so the body's bytes fit behind the head; nobody reads
+        // or writes them until `publish` (a peer that scribbles on our reserved cells
+        // only garbles its own message, which the consumer checks).
+        fill(unsafe {
+            std::slice::from_raw_parts_mut(self.cell(at).add(Ring::head_len(kind)), len)
+        });
         if pad > 0 {
             self.write_head(t, Kind::Pad, &Head::default(), 0);
             self.publish(t);
