@@ -159,7 +159,9 @@ pub fn encode_into(dst: &mut [u8], h: &Head, args: &[u64], payload: &[u8]) {
     debug_assert_eq!(dst.len(), frame_len(args.len(), payload.len()));
     let (head, p) = dst.split_at_mut(frame_len(args.len(), 0));
     h.write(head, args, payload.len());
-    p.copy_from_slice(payload);
+    if !payload.is_empty() {
+        p.copy_from_slice(payload); // a call to memcpy: not for a short frame
+    }
 }
 
 /// Decode a frame, or say why it is malformed. Inline: the `Frame` (its argument

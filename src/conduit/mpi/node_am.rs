@@ -145,10 +145,12 @@ impl NodeAm {
         })
     }
 
+    #[inline]
     pub(super) fn is_peer(&self, rank: usize) -> bool {
         self.idx.get(rank).is_some_and(|i| i.is_some())
     }
 
+    #[inline]
     fn ring(&self, rank: usize) -> Ring {
         self.rings[rank].expect("a node peer's ring")
     }
@@ -179,6 +181,7 @@ impl NodeAm {
     }
 
     /// Whether this poll should test the MPI receives.
+    #[inline]
     pub(super) fn mpi_due(&self) -> bool {
         // A plain load and store: a lost count only moves the next safety test.
         let n = self.polls.load(Ordering::Relaxed).wrapping_add(1);

@@ -13,7 +13,7 @@
 //!   to the end and publishes them as padding.
 //!
 //! The first word of a message's first cell is its sequence word: the message at
-//! position `p` is published when it holds `tag(p)`, a bijective 64-bit mix of `p`.
+//! position `p` is published when it holds `tag(p)`, a bijective 64-bit function of `p`.
 //! A stale word is `tag(q)` for an earlier position `q` of that cell (never
 //! `tag(p)`), zero, or body bytes of an earlier lap, which equal `tag(p)` with
 //! probability 2^-64 (no plain counter could promise that: a body holding small
@@ -49,14 +49,15 @@ const MAX_LEN: usize = (1 << 24) - 1;
 
 const LINE: usize = 64;
 
-/// The sequence word that publishes position `p` (splitmix64's finaliser of `p + 1`:
-/// a bijection, so two positions never share a tag).
+/// The sequence word that publishes position `p`: `p + 1` times an odd constant
+/// (2^64 / golden ratio), a bijection, so two positions never share a tag, and the
+/// tags of the positions a job reaches are spread over all 64 bits (no small
+/// integer a body holds is likely to be one). Two instructions: the producer
+/// computes one per message, the consumer one per poll (an earlier version used
+/// splitmix64's finaliser, 17).
 #[inline]
 fn tag(p: u64) -> u64 {
-    let mut x = p.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
+    p.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// What a message carries.
@@ -160,6 +161,7 @@ impl Ring {
         unsafe { std::ptr::write_bytes(self.base as *mut u8, 0, len) };
     }
 
+    #[inline]
     fn word(&self, off: usize) -> &AtomicU64 {
         // SAFETY: `off` is 8-aligned inside the ring's words (callers below); the
         // memory is mapped for the ring's life (`at`'s contract) and only ever used
@@ -168,6 +170,7 @@ impl Ring {
     }
 
     /// Extra word `i` (< `extra`).
+    #[inline]
     pub(super) fn extra(&self, i: usize) -> &AtomicU64 {
         assert!(i < self.extra, "extra word {} of {}", i, self.extra);
         self.word(EXTRA + 8 * i)
@@ -179,11 +182,13 @@ impl Ring {
         pos & (self.cap - 1)
     }
 
+    #[inline]
     fn cell_off(&self, pos: u64) -> usize {
         self.cells_at + CELL * self.wrap(pos) as usize
     }
 
     /// The sequence word of the cell at `pos`.
+    #[inline]
     fn seq(&self, pos: u64) -> &AtomicU64 {
         self.word(self.cell_off(pos))
     }
@@ -379,6 +384,7 @@ impl Ring {
     }
 
     /// True when a message is published at the head (two loads).
+    #[inline]
     pub(super) fn published(&self) -> bool {
         let h = self.word(HEADW).load(Ordering::Relaxed);
         self.seq(h).load(Ordering::Acquire) == tag(h)
