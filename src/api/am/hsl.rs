@@ -51,7 +51,14 @@ pub fn anyone_holds() -> bool {
 /// Is this thread in a no-interrupt section (or holding an hsl)?
 #[inline]
 pub fn interrupts_held() -> bool {
-    HOLDING.load(Ordering::Acquire) != 0 && HOLDS.with(|h| h.get() > 0)
+    HOLDING.load(Ordering::Acquire) != 0 && holds_here()
+}
+
+/// The thread-local half of [`interrupts_held`], out of line (as `in_handler`'s:
+/// inlined, the thread-local's address is computed before the count's test).
+#[inline(never)]
+fn holds_here() -> bool {
+    HOLDS.with(|h| h.get() > 0)
 }
 
 fn hold() {

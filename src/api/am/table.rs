@@ -183,7 +183,15 @@ pub(crate) static HANDLERS_RUNNING: AtomicUsize = AtomicUsize::new(0);
 
 #[inline]
 pub fn in_handler() -> bool {
-    HANDLERS_RUNNING.load(Ordering::Acquire) != 0 && IN_HANDLER.with(|h| h.get())
+    HANDLERS_RUNNING.load(Ordering::Acquire) != 0 && in_handler_here()
+}
+
+/// The thread-local half of [`in_handler`], out of line: inlined, the compiler
+/// computes the thread-local's address (a call into the dynamic loader) before the
+/// count's test, on every call.
+#[inline(never)]
+fn in_handler_here() -> bool {
+    IN_HANDLER.with(|h| h.get())
 }
 
 /// While it lives, this thread runs a handler: [`in_handler`] says so, and the calls
