@@ -246,6 +246,16 @@ mod tests {
             T.get(0x7fff_1234_5678).unwrap_err().status,
             Status::InvalidArg
         );
+        // The right kind, but slot 0 (no handle names it: slots count from 1), a slot
+        // in a chunk never allocated, and a slot past the table.
+        let kind = 9usize << 56;
+        for bad in [kind, kind | (CHUNK * 7 + 3), kind | 0xffff_ffff] {
+            assert_eq!(
+                T.get(bad).unwrap_err().status,
+                Status::InvalidArg,
+                "{bad:#x}"
+            );
+        }
         let o = OTHER.insert(Box::new(5)).unwrap();
         assert_eq!(
             T.get(o).unwrap_err().status,
