@@ -77,6 +77,9 @@ check-header:
 	@diff -u include/firehose.h $(BUILD)/firehose.h.new || \
 	  (echo "include/firehose.h is out of date: run 'make header' and commit it" >&2; exit 1)
 	@echo "header: include/firehose.h matches the code"
+	@! grep -nE '^#define +[A-Za-z_]|^typedef +(struct|enum|union) |^typedef .*\(\*' include/firehose.h | \
+	  grep -vE '#define +(FH_|RPIPE_|FIREHOSE_)|typedef +(struct|enum|union) +(fh|rpipe)_|\(\*(fh|rpipe)_' || \
+	  (echo "include/firehose.h defines the names above without the library's prefix (internal constants: add them to cbindgen.toml's exclude list)" >&2; exit 1)
 	@python3 scripts/gen_ffi_atomics.py $(BUILD)/atomic.rs.new && diff -u src/ffi/atomic.rs $(BUILD)/atomic.rs.new || \
 	  (echo "src/ffi/atomic.rs is out of date: run 'python3 scripts/gen_ffi_atomics.py' and commit it" >&2; exit 1)
 	@python3 scripts/gen_ffi_vis.py $(BUILD)/vis.rs.new && diff -u src/ffi/vis.rs $(BUILD)/vis.rs.new || \

@@ -184,4 +184,57 @@ static inline void bench_fill(void *p, size_t n, unsigned seed) {
   unsigned char *c = p;
   for (size_t i = 0; i < n; i++) c[i] = (unsigned char)(seed + i * 13);
 }
+
+static inline void bench_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/* The machine's floor for a small message between ranks 0 and 1: a counter in one
+ * node-shared cache line passed back and forth (no library, `pause` in the spin),
+ * ns per half round trip, as rank 0 measures it (-1 elsewhere, or when the two are
+ * not on one node). On a VM the two ranks' vCPUs can land near each other or far
+ * apart between launches; this says which, so a launch's ratios can be read. */
+static inline double bench_line_crossing_ns(void) {
+  MPI_Comm node;
+  int nrank, nsize;
+  MPIB(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  MPIB(MPI_Comm_rank(node, &nrank));
+  MPIB(MPI_Comm_size(node, &nsize));
+  int world;
+  MPIB(MPI_Comm_rank(MPI_COMM_WORLD, &world));
+  int ok = nsize >= 2 && nrank == world, all_ok = 0;
+  MPIB(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  double ns = -1;
+  if (all_ok) {
+    volatile uint64_t *line;
+    MPI_Win win;
+    MPIB(MPI_Win_allocate_shared(nrank == 0 ? 64 : 0, 64, MPI_INFO_NULL, node, &line, &win));
+    MPI_Aint len;
+    int unit;
+    MPIB(MPI_Win_shared_query(win, 0, &len, &unit, &line));
+    if (nrank == 0) __atomic_store_n(line, 0, __ATOMIC_RELEASE);
+    MPIB(MPI_Barrier(node));
+    /* The median of 9 batches: a batch in which a rank lost its core says nothing. */
+    enum { BATCHES = 9 };
+    const uint64_t n = 20000;
+    double batch[BATCHES];
+    uint64_t at = (uint64_t)nrank;
+    for (int b = 0; b < BATCHES; b++) {
+      double t0 = MPI_Wtime();
+      for (uint64_t k = 0; nrank < 2 && k < n; k++, at += 2) {
+        while (__atomic_load_n(line, __ATOMIC_ACQUIRE) != at) bench_pause();
+        __atomic_store_n(line, at + 1, __ATOMIC_RELEASE);
+      }
+      batch[b] = (MPI_Wtime() - t0) / (2.0 * (double)n) * 1e9;
+    }
+    qsort(batch, BATCHES, sizeof *batch, bench_cmp_double);
+    if (nrank == 0) ns = batch[BATCHES / 2];
+    MPIB(MPI_Barrier(node));
+    MPIB(MPI_Win_free(&win));
+  }
+  MPIB(MPI_Comm_free(&node));
+  return ns;
+}
 #endif

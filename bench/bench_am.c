@@ -69,7 +69,10 @@ int main(int argc, char **argv) {
   bench_poll_barrier(ctx);
   const int me = bench_rank, peer = 1 - me;
   FILE *csv = me == 0 ? bench_csv_open(outdir, "bench_am") : NULL;
-  if (me == 0) printf("== bench_am: MPI thread level %s\n", bench_thread_name(level));
+  double crossing = bench_line_crossing_ns();
+  if (me == 0)
+    printf("== bench_am: MPI thread level %s; a cache line crosses between the two ranks in %.0f ns\n",
+           bench_thread_name(level), crossing);
   char sz[32];
 
   /* ------------------------------------------------ 1. short round trip */

@@ -375,7 +375,9 @@ static int run_lat(const char *outdir, int level) {
   char sz[32];
   uint64_t m = 0;
   double med[sizeof sizes / sizeof *sizes][NV];
+  double crossing = bench_line_crossing_ns();
   if (me == 0) {
+    printf("== bench_rpipe lat: a cache line crosses between ranks 0 and 1 in %.0f ns\n", crossing);
     printf("== bench_rpipe lat: MPI thread level %s; ping-pong between ranks 0 and 1, half round trip in us\n"
            "   (median over round trips; batches of %d of each variant interleaved, rotating the order).\n"
            "   push/pull = rpipe, a fresh rmalloc per message (width 4 MiB, next fit), receiver in blocking rread;\n"

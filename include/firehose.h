@@ -73,39 +73,6 @@
 
 
 /**
- * Registrations one rank can publish at once.
- */
-#define MAX_REGS 64
-
-/**
- * Payload bytes of a node collective slot ([`Area::nslot`]).
- */
-#define NSLOT 4096
-
-/**
- * Node collective slots per rank, used in turn: a broadcast root runs up to this
- * many calls ahead of its slowest reader.
- */
-#define NDEPTH 64
-
-/**
- * Bytes of one window of a large node allreduce (`coll::node_big`): each rank
- * stages two, so operands larger than a slot move in steps of this size.
- */
-#define WINDOW (256 << 10)
-
-/**
- * Tag flag: the last chunk of the sender's stream to this reader in this call.
- */
-#define LAST (1 << 31)
-
-/**
- * Tag flag: no data; the sender's call failed (its arguments were wrong or did not
- * match another rank's). Always also `LAST`.
- */
-#define ERR (1 << 30)
-
-/**
  * Handler indices the application may register (128..255); 0..127 are the library's.
  */
 #define FH_AM_INDEX_USER_MIN 128
@@ -291,23 +258,6 @@
 #define FH_WORD_LOCK_TRY 1
 
 /**
- * Largest size any setting accepts (1 PiB): a larger value is a mistake, and
- * arithmetic on it (rounding up to pages, adding headers) could overflow.
- */
-#define MAX_SIZE (1 << 50)
-
-/**
- * First address above the user half of the address space (x86-64 and AArch64 with
- * 48-bit virtual addresses; larger layouts only map above it on request).
- */
-#define USER_TOP (1 << 47)
-
-/**
- * Allocation policy.
- */
-typedef struct Policy Policy;
-
-/**
  * Opaque token passed to an AM handler: names the message's source and is the
  * only way to reply. Valid only during that handler call.
  */
@@ -346,7 +296,10 @@ typedef struct rpipe_t rpipe_t;
 /**
  * An AM handler: `buf`/`nbytes` is the payload (NULL/0 for short messages; for long
  * messages, the destination where the payload already landed), `args`/`nargs` the
- * 64-bit arguments, `user` the pointer given to fh_am_register.
+ * 64-bit arguments (with `nargs` 0, `args` is not NULL but must not be read), `user`
+ * the pointer given to fh_am_register. AMs are not ordered: two AMs from one rank
+ * may run in another order than they were sent (one that finds the target's queue
+ * full travels another way). Count or number them if order matters.
  */
 typedef void (*fh_am_handler_t)(struct fh_token_t *token,
                                 void *buf,

@@ -97,6 +97,7 @@ extra test_am_flood 4 - FH_CMA=0
 extra test_am 4 - FH_SHM=0
 extra test_am_long 4 - FH_SHM=0
 extra interop_am_storm 8 - FH_SHM=0
+extra interop_pending 8 - FH_SHM=0
 # fh_abort ends every rank (the others wait in a barrier) with the given status.
 expect_exit test_split 2 7 abort
 expect_exit test_split 4 7 abort

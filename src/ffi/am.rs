@@ -15,7 +15,10 @@ use std::os::raw::{c_int, c_uint, c_void};
 
 /// An AM handler: `buf`/`nbytes` is the payload (NULL/0 for short messages; for long
 /// messages, the destination where the payload already landed), `args`/`nargs` the
-/// 64-bit arguments, `user` the pointer given to fh_am_register.
+/// 64-bit arguments (with `nargs` 0, `args` is not NULL but must not be read), `user`
+/// the pointer given to fh_am_register. AMs are not ordered: two AMs from one rank
+/// may run in another order than they were sent (one that finds the target's queue
+/// full travels another way). Count or number them if order matters.
 pub type fh_am_handler_t = Option<
     unsafe extern "C" fn(
         token: *mut Token,

@@ -23,9 +23,13 @@ const IDLE_BEFORE_YIELD: u32 = 4;
 
 /// Alternate `test` (returns MPI's code and whether the operation completed) with
 /// `serve` (the library's poll; returns the work it did) until completion or error.
+/// Serves once before the first test: a call that MPI completes at once (the last
+/// rank into a collective) still runs the handlers already waiting for this rank,
+/// so a program that waits for replies by looping on an MPI call gets them.
 pub fn drive(mut test: impl FnMut() -> (c_int, bool), serve: &mut dyn FnMut() -> usize) -> c_int {
     let mut idle = 0u32;
     let mut tests = 0u32;
+    serve();
     loop {
         let (rc, done) = test();
         if rc != ffi::MPI_SUCCESS as c_int || done {
