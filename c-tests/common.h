@@ -41,6 +41,16 @@ static int fh_test_rank = -1;
     }                                                                          \
   } while (0)
 
+/* Checks inside AM handlers: a handler records the first problem it sees (it may not
+ * abort the job from inside a library call); CHECK_HANDLERS() fails the test with it. */
+__attribute__((unused)) static int hcheck_nerr;
+__attribute__((unused)) static char hcheck_msg[512];
+#define HCHECK(cond, ...)                                                               \
+  do {                                                                                  \
+    if (!(cond) && hcheck_nerr++ == 0) snprintf(hcheck_msg, sizeof hcheck_msg, __VA_ARGS__); \
+  } while (0)
+#define CHECK_HANDLERS() CHECK(hcheck_nerr == 0, "%d handler check(s) failed, first: %s", hcheck_nerr, hcheck_msg)
+
 /* Exchange one pointer per rank. */
 static inline void exchange_ptrs(void *mine, void **all, MPI_Comm comm) {
   uint64_t m = (uint64_t)(uintptr_t)mine;

@@ -16,13 +16,6 @@
 
 static int me, np;
 static volatile long handled, replies;
-/* A handler records its first failed check; the main loop reports it. */
-static int nerr;
-static char errmsg[256];
-#define HCHECK(cond, ...)                                                     \
-  do {                                                                        \
-    if (!(cond) && nerr++ == 0) snprintf(errmsg, sizeof errmsg, __VA_ARGS__); \
-  } while (0)
 
 static void on_req(fh_token_t *tok, void *buf, size_t nbytes, const uint64_t *args, size_t nargs, void *u) {
   (void)buf; (void)nbytes; (void)u;
@@ -70,7 +63,7 @@ int main(int argc, char **argv) {
       if (calls > most) most = calls;
     }
   }
-  CHECK(nerr == 0, "%d handler check(s) failed, first: %s", nerr, errmsg);
+  CHECK_HANDLERS();
   CHECK(replies == 2 * ROUNDS && handled == 2 * ROUNDS, "%ld replies, %ld requests handled, expected %d", replies,
         handled, 2 * ROUNDS);
   long worst = 0;

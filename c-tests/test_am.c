@@ -21,14 +21,6 @@ static int me, np, N;
 static size_t max_medium, max_args;
 static int user_tag; /* its address is the `user` pointer of every handler */
 
-/* First problem seen inside a handler. */
-static int nerr;
-static char errmsg[512];
-#define HCHECK(cond, ...)                                                         \
-  do {                                                                            \
-    if (!(cond) && nerr++ == 0) snprintf(errmsg, sizeof errmsg, __VA_ARGS__);     \
-  } while (0)
-#define CHECK_HANDLERS() CHECK(nerr == 0, "%d handler check(s) failed, first: %s", nerr, errmsg)
 
 static uint64_t fnv(const unsigned char *p, size_t n) {
   uint64_t h = 1469598103934665603ULL;

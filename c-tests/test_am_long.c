@@ -26,13 +26,6 @@ static size_t slot_off[NSIZES], LANE;
 static fh_ctx_t *ctx;
 static int me, np;
 
-static int nerr;
-static char errmsg[512];
-#define HCHECK(cond, ...)                                                         \
-  do {                                                                            \
-    if (!(cond) && nerr++ == 0) snprintf(errmsg, sizeof errmsg, __VA_ARGS__);     \
-  } while (0)
-#define CHECK_HANDLERS() CHECK(nerr == 0, "%d handler check(s) failed, first: %s", nerr, errmsg)
 
 static uint64_t fnv(const unsigned char *p, size_t n) {
   uint64_t h = 1469598103934665603ULL;
