@@ -96,6 +96,17 @@ fn add(c: &AtomicUsize, n: usize, concurrent: bool) -> usize {
     }
 }
 
+/// The counterpart of [`add`]: subtract `n` (no more than `c` holds).
+fn sub(c: &AtomicUsize, n: usize, concurrent: bool) {
+    if concurrent {
+        c.fetch_sub(n, Ordering::AcqRel);
+    } else {
+        let v = c.load(Ordering::Relaxed);
+        debug_assert!(v >= n, "subtracting {n} from {v}");
+        c.store(v - n, Ordering::Relaxed);
+    }
+}
+
 impl Peer {
     /// Take one credit if there is one.
     pub(crate) fn try_acquire(&self, concurrent: bool) -> bool {
@@ -218,13 +229,7 @@ impl Drop for HandlerScope {
     #[inline]
     fn drop(&mut self) {
         IN_HANDLER.with(|h| h.set(self.prev));
-        if self.concurrent {
-            HANDLERS_RUNNING.fetch_sub(1, Ordering::AcqRel);
-        } else {
-            let v = HANDLERS_RUNNING.load(Ordering::Relaxed);
-            debug_assert!(v > 0, "a handler scope left more than it entered");
-            HANDLERS_RUNNING.store(v - 1, Ordering::Relaxed);
-        }
+        sub(&HANDLERS_RUNNING, 1, self.concurrent);
     }
 }
 

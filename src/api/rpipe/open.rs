@@ -155,20 +155,7 @@ pub fn open_checked(ctx: &Arc<CtxInner>, peer: i64, spec: Result<Spec>) -> Resul
                 a
             }
             Err(e) => {
-                *problem = Some(err!(
-                    NoMemory,
-                    "rpipe_open: the pipe needs {} bytes of library heap on rank {}: {}{}",
-                    bytes,
-                    ctx.rank,
-                    e.msg,
-                    match retiring(ctx) {
-                        0 => String::new(),
-                        n => format!(
-                            " ({} closed pipe(s) still hold theirs until their peer closes its end)",
-                            n
-                        ),
-                    }
-                ));
+                *problem = Some(e);
                 0
             }
         }
@@ -414,12 +401,31 @@ pub(super) fn sweep(ctx: &CtxInner) -> Result<()> {
     Ok(())
 }
 
-/// `bytes` of library heap for a new pipe's block. When the heap is full while
-/// closed pipes still hold blocks, waits (progressing) up to [`RETIRING_WAIT`] for
-/// their peers' closes: a program that closes and reopens big pipes in turn must
-/// not fail because the peer's close of the last one is still on its way. Bounded,
-/// because the peer may be waiting for this open before it closes.
+/// `bytes` of library heap for a new pipe's block, or `FH_ERR_NO_MEMORY` saying how
+/// much was needed and how many closed pipes still hold theirs. When the heap is
+/// full while closed pipes still hold blocks, waits (progressing) up to
+/// [`RETIRING_WAIT`] for their peers' closes: a program that closes and reopens big
+/// pipes in turn must not fail because the peer's close of the last one is still on
+/// its way. Bounded, because the peer may be waiting for this open before it closes.
 fn alloc_block(ctx: &CtxInner, peer: usize, bytes: usize) -> Result<usize> {
+    take_block(ctx, peer, bytes).map_err(|e| {
+        let held = match retiring(ctx) {
+            0 => String::new(),
+            n => format!(" ({n} closed pipe(s) still hold theirs until their peer closes its end)"),
+        };
+        err!(
+            NoMemory,
+            "rpipe_open: the pipe needs {} bytes of library heap on rank {}: {}{}",
+            bytes,
+            ctx.rank,
+            e.msg,
+            held
+        )
+    })
+}
+
+/// [`alloc_block`]'s allocation and bounded wait, with the heap's own error.
+fn take_block(ctx: &CtxInner, peer: usize, bytes: usize) -> Result<usize> {
     let first = ctx.heap.alloc(bytes);
     if first.is_ok() || retiring(ctx) == 0 {
         return first;
