@@ -8,4 +8,5 @@
 pub mod error;
 pub mod config;
 pub mod os;
+pub mod solo;
 pub mod wait;

@@ -50,8 +50,8 @@ use super::slots;
 use crate::api::am;
 use crate::api::CtxInner;
 use crate::runtime::error::Result;
+use crate::runtime::solo::SoloMutex;
 use crate::{bail, err};
-use parking_lot::Mutex;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -269,7 +269,7 @@ pub struct Pipe {
     /// Address tags of our allocations in the peer's inbox and of messages in ours.
     tx_tag: u64,
     rx_tag: u64,
-    inner: Mutex<Inner>,
+    inner: SoloMutex<Inner>,
     /// Our notice ring (0 when this end does not read) and the next sequence number
     /// expected there, readable without the lock so an empty poll costs two loads.
     rx_ring: usize,
@@ -308,7 +308,7 @@ impl Pipe {
         policy: Policy,
         ends: Ends,
     ) -> Pipe {
-        let me = ctx.rank;
+        let (me, concurrent) = (ctx.rank, ctx.concurrent);
         let words = shape.bitmap / 8;
         let rx_ring = ends.rx.map_or(0, |(inbox, _)| inbox + shape.ring_off());
         let inner = Inner {
@@ -342,7 +342,7 @@ impl Pipe {
             policy,
             tx_tag: inbox_tag(peer, me),
             rx_tag: inbox_tag(me, peer),
-            inner: Mutex::new(inner),
+            inner: SoloMutex::new(inner, concurrent),
             rx_ring,
             rx_next: AtomicU64::new(1),
             peer_closed: Arc::new(AtomicBool::new(false)),
