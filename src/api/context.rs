@@ -429,6 +429,7 @@ fn build(
     );
     if let (Some(a), true) = (sync.area, caps.sleep && cfg.wait_sleep != Sleep::Off) {
         conduit.set_bell_offset(a.bell(0));
+        crate::runtime::wait::prepare_wakers();
     }
     sync.node = super::sync::state::Node::new(rank, &leaders, sync.area, &remote_heaps, &view);
     if sync.node.ok {

@@ -139,12 +139,35 @@ impl Bell {
     }
 }
 
+/// Whether wakers may skip their fence (`asymmetric`): 0 not asked yet, 1 yes, 2 no.
+static ASYM: AtomicU8 = AtomicU8::new(0);
+
+/// Ask the kernel for the asymmetric fence now, not at the first ring or sleep.
+///
+/// Registering with `membarrier` takes microseconds in a single-threaded process
+/// but 8-16 ms in one with threads (Open MPI's `MPI_Init` starts some), where the
+/// kernel waits for a grace period. Asked lazily, it stalled a rank's first AM
+/// send (which rings the target's bell) by that much. So the library asks when it
+/// is loaded, before `MPI_Init` in a program linked with it, and `fh_init` asks
+/// again (a no-op then; a program that loads the library later pays inside the
+/// collective `fh_init`, where every rank pays at once).
+pub fn prepare_wakers() {
+    let _ = asymmetric();
+}
+
+/// Run when the library is loaded (the ELF constructors).
+extern "C" fn prepare_wakers_at_load() {
+    prepare_wakers();
+}
+
+#[used]
+#[link_section = ".init_array"]
+static PREPARE_AT_LOAD: extern "C" fn() = prepare_wakers_at_load;
+
 /// Whether wakers may skip their fence: `membarrier` offers the global expedited
 /// barrier and this process is registered for it (asked once per process).
 #[inline]
 fn asymmetric() -> bool {
-    /// 0: not asked yet, 1: yes, 2: no.
-    static ASYM: AtomicU8 = AtomicU8::new(0);
     match ASYM.load(SeqCst) {
         1 => true,
         2 => false,
@@ -261,6 +284,13 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
+
+    /// The library's load-time constructor already asked for the asymmetric fence
+    /// (a first ring must not pay a slow `membarrier` registration).
+    #[test]
+    fn fence_mode_is_decided_at_load() {
+        assert_ne!(ASYM.load(SeqCst), 0, "the constructor did not run");
+    }
 
     #[test]
     fn stages_in_order() {
