@@ -47,7 +47,8 @@
 static fh_ctx_t *ctx;
 static int me, np;
 static uint64_t rng; /* timing and choices only; message contents depend on seq */
-static int pipe_no;  /* pipes opened so far by the pair phases (same on every rank) */
+static int pipe_no;  /* pipes opened so far by the pair phases (same within a pair; all_to_all
+                        makes it the same on every rank, since an odd rank out skips pair phases) */
 
 /* ---------------- helpers ---------------- */
 static unsigned rnd(unsigned n) { return (unsigned)(rng_next(&rng) % n); }
@@ -666,6 +667,8 @@ static void full_duplex(int peer, long n, size_t width, int mode, int policy, co
 static void all_to_all(long k, size_t width, int mode, int policy, const char *what) {
   fd_t *f = calloc((size_t)np, sizeof *f);
   int nf = 0;
+  /* The rank left out of the pair phases at an odd count opened fewer pipes. */
+  CHECK(MPI_Allreduce(MPI_IN_PLACE, &pipe_no, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) == MPI_SUCCESS, "allreduce");
   pipe_no++;
   for (int q = 0; q < np; q++) /* increasing peer order: deadlock-free, see the top */
     if (q != me) open_fd(&f[nf++], q, width, mode, policy, pipe_no);
