@@ -86,7 +86,13 @@ pub enum Transfer {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
     pub width: usize,
+    /// Most messages in flight (allocated and not yet freed by the reader).
     pub slots: usize,
+    /// Notice slots in the ring: `slots` rounded up to a power of two, so a
+    /// sequence number finds its slot with a mask (a division cost more than the
+    /// rest of an empty poll). At least `slots`, so a slot is reused only after
+    /// its notice was taken (`slots` bounds the messages not yet freed).
+    pub ring: usize,
     pub bitmap: usize,
 }
 
@@ -96,9 +102,11 @@ impl Shape {
     pub fn new(width: usize) -> Shape {
         let width = width.div_ceil(UNIT) * UNIT;
         let units = width / UNIT;
+        let slots = units.clamp(1, SLOTS_MAX);
         Shape {
             width,
-            slots: units.clamp(1, SLOTS_MAX),
+            slots,
+            ring: slots.next_power_of_two(),
             bitmap: freemap::bytes_for(units),
         }
     }
@@ -106,7 +114,7 @@ impl Shape {
         self.width
     }
     pub fn bitmap_off(&self) -> usize {
-        self.width + self.slots * slots::SLOT_BYTES
+        self.width + self.ring * slots::SLOT_BYTES
     }
     pub fn inbox_bytes(&self) -> usize {
         self.bitmap_off() + self.bitmap
@@ -595,7 +603,7 @@ impl Pipe {
             ),
         };
         let seq = tx.seq + 1;
-        let slot = slots::slot_addr(tx.peer_inbox + self.shape.ring_off(), self.shape.slots, seq);
+        let slot = slots::slot_addr(tx.peer_inbox + self.shape.ring_off(), self.shape.ring, seq);
         let inline = self.transfer == Transfer::Push && len <= slots::INLINE_MAX;
         let (off_units, len_word) = ((off / UNIT) as u64, len as u64);
         let a = off_units | if inline { INLINE_BIT } else { 0 };
@@ -781,7 +789,7 @@ impl Pipe {
         if self.rx_ring != 0 {
             // Peek without the lock: nothing new is the common case of a poll.
             let seq = self.rx_next.load(Ordering::Acquire);
-            let slot = slots::slot_addr(self.rx_ring, self.shape.slots, seq);
+            let slot = slots::slot_addr(self.rx_ring, self.shape.ring, seq);
             // SAFETY: a slot of our own ring (library heap, 16-byte aligned).
             let words = unsafe { slots::load(slot) };
             if slots::decode(seq, words).is_none() {
@@ -800,8 +808,7 @@ impl Pipe {
         let (slot, words) = match peeked {
             Some((s, slot, words)) if s == seq => (slot, words),
             _ => {
-                let slot =
-                    slots::slot_addr(rx.inbox + self.shape.ring_off(), self.shape.slots, seq);
+                let slot = slots::slot_addr(rx.inbox + self.shape.ring_off(), self.shape.ring, seq);
                 // SAFETY: a slot of our own ring (library heap, 16-byte aligned).
                 (slot, unsafe { slots::load(slot) })
             }
@@ -930,7 +937,7 @@ impl Pipe {
         let mut n = rx.held.len() as u64;
         let mut seq = rx.taken + 1;
         loop {
-            let slot = slots::slot_addr(rx.inbox + self.shape.ring_off(), self.shape.slots, seq);
+            let slot = slots::slot_addr(rx.inbox + self.shape.ring_off(), self.shape.ring, seq);
             // SAFETY: a slot of our own ring.
             if slots::decode(seq, unsafe { slots::load(slot) }).is_none() {
                 break;

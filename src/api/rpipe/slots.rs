@@ -70,10 +70,12 @@ pub fn decode(seq: u64, words: [u64; 2]) -> Option<(u64, u64)> {
     }
 }
 
-/// Address of the slot record `seq` goes to in a ring at `base` with `n` slots.
+/// Address of the slot record `seq` goes to in a ring at `base` with `n` slots (a
+/// power of two).
 #[inline]
 pub fn slot_addr(base: usize, n: usize, seq: u64) -> usize {
-    base + ((seq - 1) % n as u64) as usize * SLOT_BYTES
+    debug_assert!(n.is_power_of_two());
+    base + ((seq - 1) as usize & (n - 1)) * SLOT_BYTES
 }
 
 /// Read the words of the slot at `addr` (our own memory, written by the peer's puts).
