@@ -44,7 +44,6 @@
 //! sequence numbers W assigns and R expects advance by one per message.
 
 use super::freemap;
-use super::offmap::OffMap;
 use super::rmalloc::{Policy, Rmalloc};
 use super::slots;
 use crate::api::am;
@@ -201,12 +200,17 @@ struct Rx {
     peer_outbox: usize,
     /// Notices taken so far (the next expected is `taken + 1`).
     taken: u64,
-    /// Messages read and not yet freed: offset -> length. Invariant: disjoint extents,
-    /// exactly the units set in `held_units`.
-    held: OffMap<usize>,
-    /// One bit per inbox unit, set while a held message covers it (the overlap check
-    /// of a notice costs a bit test per unit, not an ordered-map search).
+    /// One bit per inbox unit, set while a held message (read, not yet freed) covers
+    /// it (the overlap check of a notice costs a bit test per unit, not an
+    /// ordered-map search).
     held_units: Vec<u64>,
+    /// One bit per inbox unit, set where a held message starts. Invariant: every
+    /// start is held, and a held message's units run from its start to the next
+    /// start or the next unit not held (messages never overlap), so the two bitmaps
+    /// say where each held message is without a map to look up on every call.
+    starts: Vec<u64>,
+    /// Held messages (set bits of `starts`).
+    held: usize,
 }
 
 impl Rx {
@@ -226,24 +230,53 @@ impl Rx {
         Self::unit_words(off, ext).any(|(w, m)| self.held_units[w] & m != 0)
     }
 
+    /// Whether a held message starts at `off`.
+    fn holds(&self, off: usize) -> bool {
+        let u = off / UNIT;
+        self.starts
+            .get(u / 64)
+            .is_some_and(|w| w & 1 << (u % 64) != 0)
+    }
+
     /// Hold the message at `off` (its units are free: checked by the caller).
     fn hold(&mut self, off: usize, len: usize) {
         for (w, m) in Self::unit_words(off, extent(len)) {
             debug_assert_eq!(self.held_units[w] & m, 0);
             self.held_units[w] |= m;
         }
-        self.held.insert(off, len);
+        let u = off / UNIT;
+        self.starts[u / 64] |= 1 << (u % 64);
+        self.held += 1;
+    }
+
+    /// Units of the held message that starts at unit `u`: up to the next start or
+    /// the first unit not held (bits past the inbox are never held).
+    fn held_extent(&self, u: usize) -> usize {
+        let mut w = u / 64;
+        // Bits that end the message, from unit u + 1 on.
+        let mut stop = (self.starts[w] | !self.held_units[w]) & (!0u64 << (u % 64)) << 1;
+        while stop == 0 {
+            w += 1;
+            match (self.starts.get(w), self.held_units.get(w)) {
+                (Some(&s), Some(&h)) => stop = s | !h,
+                _ => return w * 64 - u,
+            }
+        }
+        w * 64 + stop.trailing_zeros() as usize - u
     }
 
     /// Give back the message at `off`; false if none is held there.
     fn unhold(&mut self, off: usize) -> bool {
-        let Some(len) = self.held.remove(&off) else {
+        if !self.holds(off) {
             return false;
-        };
-        for (w, m) in Self::unit_words(off, extent(len)) {
+        }
+        let u = off / UNIT;
+        for (w, m) in Self::unit_words(off, self.held_extent(u) * UNIT) {
             debug_assert_eq!(self.held_units[w] & m, m);
             self.held_units[w] &= !m;
         }
+        self.starts[u / 64] &= !(1 << (u % 64));
+        self.held -= 1;
         true
     }
 }
@@ -335,8 +368,9 @@ impl Pipe {
                 inbox,
                 peer_outbox,
                 taken: 0,
-                held: OffMap::default(),
                 held_units: vec![0; (shape.width / UNIT).div_ceil(64)],
+                starts: vec![0; (shape.width / UNIT).div_ceil(64)],
+                held: 0,
             }),
             stats: PipeStats::default(),
         };
@@ -556,7 +590,7 @@ impl Pipe {
             }
             Side::Rx(off) => {
                 let rx = g.rx.as_ref().expect("decoded");
-                if rx.held.contains_key(&off) {
+                if rx.holds(off) {
                     Ok(rx.inbox + off)
                 } else {
                     bail!(
@@ -934,7 +968,7 @@ impl Pipe {
     pub(super) fn outstanding(&self) -> u64 {
         let g = self.inner.lock();
         let Some(rx) = g.rx.as_ref() else { return 0 };
-        let mut n = rx.held.len() as u64;
+        let mut n = rx.held as u64;
         let mut seq = rx.taken + 1;
         loop {
             let slot = slots::slot_addr(rx.inbox + self.shape.ring_off(), self.shape.ring, seq);
@@ -959,5 +993,64 @@ impl Pipe {
             .map(|t| t.outbox)
             .chain(g.rx.iter().map(|r| r.inbox))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rx(units: usize) -> Rx {
+        Rx {
+            inbox: 0,
+            peer_outbox: 0,
+            taken: 0,
+            held_units: vec![0; units.div_ceil(64)],
+            starts: vec![0; units.div_ceil(64)],
+            held: 0,
+        }
+    }
+
+    /// The two bitmaps against a map of (start unit -> units): adjacent messages,
+    /// messages across word boundaries and to the inbox's end, frees in any order,
+    /// double and stray frees refused.
+    #[test]
+    fn held_messages_are_found_from_the_bitmaps() {
+        let units = 200;
+        let mut r = rx(units);
+        let mut model = std::collections::BTreeMap::new();
+        let mut x = 12345u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let u = (next() % units as u64) as usize;
+            let n = 1 + (next() % 70) as usize;
+            if next() % 2 == 0 {
+                let fits = u + n <= units;
+                if fits && !r.any_held(u * UNIT, n * UNIT) {
+                    // A length that takes exactly n units.
+                    r.hold(u * UNIT, n * UNIT - (next() % UNIT as u64) as usize);
+                    model.insert(u, n);
+                }
+            } else {
+                let want = model.remove(&u);
+                assert_eq!(r.unhold(u * UNIT), want.is_some(), "free of unit {u}");
+                assert!(!r.holds(u * UNIT));
+            }
+            assert_eq!(r.held, model.len());
+            for (&s, &n) in &model {
+                assert!(r.holds(s * UNIT));
+                assert_eq!(r.held_extent(s), n, "message at unit {s}");
+            }
+        }
+        for s in std::mem::take(&mut model).into_keys() {
+            assert!(r.unhold(s * UNIT));
+        }
+        assert!(r.held_units.iter().chain(&r.starts).all(|&w| w == 0));
+        assert!(!r.unhold(0), "nothing is held");
     }
 }
