@@ -2150,13 +2150,15 @@ int rpipe_open(struct fh_ctx_t *ctx,
  * it can never fit), FH_ERR_STATE (reader-only end, closed pipe, or the peer closed
  * its end while this waited).
  * Threads: any thread, concurrently with other calls on the pipe (they serialise
- * on it). Not from AM handlers.
+ * on it; MPI_THREAD_MULTIPLE, below it one thread at a time per the MPI thread
+ * level). Not from AM handlers.
  */
 int rpipe_rmalloc(struct rpipe_t *p, size_t nbytes, rpipe_addr_t *addr_out);
 
 /**
  * As rpipe_rmalloc, but returns FH_NOT_READY at once when the heap has no room.
- * Threads: any thread, concurrently with other calls on the pipe. Not from AM handlers.
+ * Threads: any thread, concurrently with other calls on the pipe (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 int rpipe_try_rmalloc(struct rpipe_t *p, size_t nbytes, rpipe_addr_t *addr_out);
 
@@ -2176,7 +2178,8 @@ void *rpipe_rmem(struct rpipe_t *p, rpipe_addr_t addr);
  * space belongs to the reader until it frees it. Errors: FH_ERR_INVALID_ARG (not an
  * address from rpipe_rmalloc on this end, already written, or freed).
  * Threads: any thread, concurrently with other calls on the pipe (messages are
- * ordered by when their rpipe_rwrite took the pipe). Not from AM handlers.
+ * ordered by when their rpipe_rwrite took the pipe; MPI_THREAD_MULTIPLE, below it
+ * one thread at a time per the MPI thread level). Not from AM handlers.
  */
 int rpipe_rwrite(struct rpipe_t *p, rpipe_addr_t addr);
 
@@ -2186,13 +2189,15 @@ int rpipe_rwrite(struct rpipe_t *p, rpipe_addr_t addr);
  * bytes are fetched now. Errors: FH_ERR_STATE (writer-only end, or the peer closed
  * its end and every message was read), FH_ERR_TRANSPORT (the peer sent a notice
  * naming memory outside the heap or over a held message: refused, counted).
- * Threads: any thread, concurrently with other calls on the pipe. Not from AM handlers.
+ * Threads: any thread, concurrently with other calls on the pipe (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 int rpipe_rread(struct rpipe_t *p, rpipe_addr_t *addr_out, size_t *len_out);
 
 /**
  * As rpipe_rread, but FH_NOT_READY at once when no message has arrived.
- * Threads: any thread, concurrently with other calls on the pipe. Not from AM handlers.
+ * Threads: any thread, concurrently with other calls on the pipe (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 int rpipe_try_rread(struct rpipe_t *p, rpipe_addr_t *addr_out, size_t *len_out);
 
@@ -2200,7 +2205,8 @@ int rpipe_try_rread(struct rpipe_t *p, rpipe_addr_t *addr_out, size_t *len_out);
  * Reader: give message `addr` back to the writer (no message is sent: the writer
  * collects frees by RDMA when it needs space). Writer: drop an allocation it never
  * wrote. Errors: FH_ERR_INVALID_ARG (not held: never read, or freed already).
- * Threads: any thread, concurrently with other calls on the pipe. Not from AM handlers.
+ * Threads: any thread, concurrently with other calls on the pipe (MPI_THREAD_MULTIPLE;
+ * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
 int rpipe_rfree(struct rpipe_t *p, rpipe_addr_t addr);
 

@@ -195,7 +195,8 @@ fn rmalloc(
 /// it can never fit), FH_ERR_STATE (reader-only end, closed pipe, or the peer closed
 /// its end while this waited).
 /// Threads: any thread, concurrently with other calls on the pipe (they serialise
-/// on it). Not from AM handlers.
+/// on it; MPI_THREAD_MULTIPLE, below it one thread at a time per the MPI thread
+/// level). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn rpipe_rmalloc(
     p: *mut rpipe_t,
@@ -206,7 +207,8 @@ pub extern "C" fn rpipe_rmalloc(
 }
 
 /// As rpipe_rmalloc, but returns FH_NOT_READY at once when the heap has no room.
-/// Threads: any thread, concurrently with other calls on the pipe. Not from AM handlers.
+/// Threads: any thread, concurrently with other calls on the pipe (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn rpipe_try_rmalloc(
     p: *mut rpipe_t,
@@ -234,7 +236,8 @@ pub extern "C" fn rpipe_rmem(p: *mut rpipe_t, addr: rpipe_addr_t) -> *mut c_void
 /// space belongs to the reader until it frees it. Errors: FH_ERR_INVALID_ARG (not an
 /// address from rpipe_rmalloc on this end, already written, or freed).
 /// Threads: any thread, concurrently with other calls on the pipe (messages are
-/// ordered by when their rpipe_rwrite took the pipe). Not from AM handlers.
+/// ordered by when their rpipe_rwrite took the pipe; MPI_THREAD_MULTIPLE, below it
+/// one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn rpipe_rwrite(p: *mut rpipe_t, addr: rpipe_addr_t) -> c_int {
     crate::ffi_boundary!(status {
@@ -270,7 +273,8 @@ fn rread(
 /// bytes are fetched now. Errors: FH_ERR_STATE (writer-only end, or the peer closed
 /// its end and every message was read), FH_ERR_TRANSPORT (the peer sent a notice
 /// naming memory outside the heap or over a held message: refused, counted).
-/// Threads: any thread, concurrently with other calls on the pipe. Not from AM handlers.
+/// Threads: any thread, concurrently with other calls on the pipe (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn rpipe_rread(
     p: *mut rpipe_t,
@@ -281,7 +285,8 @@ pub extern "C" fn rpipe_rread(
 }
 
 /// As rpipe_rread, but FH_NOT_READY at once when no message has arrived.
-/// Threads: any thread, concurrently with other calls on the pipe. Not from AM handlers.
+/// Threads: any thread, concurrently with other calls on the pipe (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn rpipe_try_rread(
     p: *mut rpipe_t,
@@ -294,7 +299,8 @@ pub extern "C" fn rpipe_try_rread(
 /// Reader: give message `addr` back to the writer (no message is sent: the writer
 /// collects frees by RDMA when it needs space). Writer: drop an allocation it never
 /// wrote. Errors: FH_ERR_INVALID_ARG (not held: never read, or freed already).
-/// Threads: any thread, concurrently with other calls on the pipe. Not from AM handlers.
+/// Threads: any thread, concurrently with other calls on the pipe (MPI_THREAD_MULTIPLE;
+/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn rpipe_rfree(p: *mut rpipe_t, addr: rpipe_addr_t) -> c_int {
     crate::ffi_boundary!(status {
