@@ -17,10 +17,11 @@
  *     after each one a good open pairs and carries a message.
  *  3. half-duplex misuse: NULL out-params (nothing allocated or consumed), messages
  *     larger than the heap, rwrite of addresses not from rmalloc, rwrite twice, rmem
- *     after rwrite and after free, writer rfree of a written message, double cancel,
+ *     after rwrite and after free, addresses inside an allocation or message, writer rfree of a written message, double cancel,
  *     rmalloc on a reader-only end (FH_ERR_STATE), rread on a writer-only end
  *     (FH_ERR_STATE), rwrite of a received message, double rfree; then one more good
  *     message each way checks the pipe still works.
+ *  3b. addresses of another pipe to the same peer (same offsets): refused by every call.
  *  4. full-duplex misuse: rwrite of a received message, cancel of a received message,
  *     and the two directions' addresses stay apart.
  *  5. use after close: every call gives FH_ERR_STATE (rmem NULL), close twice; a
@@ -217,6 +218,11 @@ static void half_duplex_misuse(void) {
     EXPECT(rpipe_rwrite(p, a + 64), FH_ERR_INVALID_ARG);
     EXPECT_NULL(rpipe_rmem(p, a + 64));
     EXPECT(rpipe_rfree(p, a + 64), FH_ERR_INVALID_ARG);
+    for (rpipe_addr_t k = 1; k < 64; k += 31) { /* inside the allocation's first line */
+      EXPECT(rpipe_rwrite(p, a + k), FH_ERR_INVALID_ARG);
+      EXPECT(rpipe_rfree(p, a + k), FH_ERR_INVALID_ARG);
+      EXPECT_NULL(rpipe_rmem(p, a + k));
+    }
     unsigned char *m = rpipe_rmem(p, a);
     CHECK(m != NULL, "rmem of a fresh allocation is NULL");
     fill(m, 100, 1);
@@ -250,6 +256,10 @@ static void half_duplex_misuse(void) {
     check_bytes(rpipe_rmem(p, a), 100, 1, "half duplex, message 1");
     EXPECT(rpipe_rwrite(p, a), FH_ERR_INVALID_ARG); /* a received message */
     EXPECT(rpipe_rfree(p, a + 64), FH_ERR_INVALID_ARG);
+    for (rpipe_addr_t k = 1; k < 64; k += 31) { /* inside the message's first line */
+      EXPECT(rpipe_rfree(p, a + k), FH_ERR_INVALID_ARG);
+      EXPECT_NULL(rpipe_rmem(p, a + k));
+    }
     check_bytes(rpipe_rmem(p, a), 100, 1, "half duplex, message 1 after the failed calls");
     CHECK_OK(rpipe_rfree(p, a));
     EXPECT(rpipe_rfree(p, a), FH_ERR_INVALID_ARG); /* double free */
@@ -264,6 +274,44 @@ static void half_duplex_misuse(void) {
     one_message(p, 0, 200, 2, "half duplex, after the writer's errors");
   }
   CHECK_OK(rpipe_close(p));
+}
+
+/* ---------------- 3b. another pipe's addresses ---------------- */
+/* Two pipes to the same peer, same roles and widths: the first allocation and the
+ * first message of each sit at offset 0 of its heap, so only the address's pipe
+ * identity tells them apart. */
+static void other_pipes_addresses(void) {
+  rpipe_t *p, *q;
+  rpipe_addr_t a, b;
+  size_t len;
+  int role = even ? RPIPE_WRITER : RPIPE_READER;
+  CHECK_OK(rpipe_open(ctx, peer, role, 4096, RPIPE_HALF_DUPLEX, RPIPE_NEXT_FIT, &p));
+  CHECK_OK(rpipe_open(ctx, peer, role, 4096, RPIPE_HALF_DUPLEX, RPIPE_NEXT_FIT, &q));
+  if (even) {
+    CHECK_OK(rpipe_rmalloc(p, 40, &a));
+    CHECK_OK(rpipe_rmalloc(q, 40, &b));
+    CHECK(a != b, "two pipes gave the same address %#llx", (unsigned long long)a);
+    EXPECT_NULL(rpipe_rmem(p, b));
+    EXPECT(rpipe_rwrite(p, b), FH_ERR_INVALID_ARG);
+    EXPECT(rpipe_rfree(p, b), FH_ERR_INVALID_ARG);
+    EXPECT(rpipe_rwrite(q, a), FH_ERR_INVALID_ARG);
+    fill(rpipe_rmem(p, a), 40, 31);
+    fill(rpipe_rmem(q, b), 40, 32);
+    CHECK_OK(rpipe_rwrite(p, a));
+    CHECK_OK(rpipe_rwrite(q, b));
+  } else {
+    CHECK_OK(rpipe_rread(p, &a, &len));
+    CHECK_OK(rpipe_rread(q, &b, &len));
+    EXPECT_NULL(rpipe_rmem(p, b));
+    EXPECT(rpipe_rfree(p, b), FH_ERR_INVALID_ARG);
+    EXPECT(rpipe_rfree(q, a), FH_ERR_INVALID_ARG);
+    check_bytes(rpipe_rmem(p, a), 40, 31, "first pipe's message after the other's address");
+    check_bytes(rpipe_rmem(q, b), 40, 32, "second pipe's message");
+    CHECK_OK(rpipe_rfree(p, a));
+    CHECK_OK(rpipe_rfree(q, b));
+  }
+  CHECK_OK(rpipe_close(p));
+  CHECK_OK(rpipe_close(q));
 }
 
 /* ---------------- 4. full-duplex misuse ---------------- */
@@ -418,6 +466,10 @@ int main(int argc, char **argv) {
 
   begin("3. half-duplex misuse");
   if (paired) half_duplex_misuse();
+  end_phase();
+
+  begin("3b. another pipe's addresses");
+  if (paired) other_pipes_addresses();
   end_phase();
 
   begin("4. full-duplex misuse");

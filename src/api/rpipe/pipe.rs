@@ -233,9 +233,11 @@ impl Rx {
     /// Whether a held message starts at `off`.
     fn holds(&self, off: usize) -> bool {
         let u = off / UNIT;
-        self.starts
-            .get(u / 64)
-            .is_some_and(|w| w & 1 << (u % 64) != 0)
+        off % UNIT == 0
+            && self
+                .starts
+                .get(u / 64)
+                .is_some_and(|w| w & 1 << (u % 64) != 0)
     }
 
     /// Hold the message at `off` (its units are free: checked by the caller).
@@ -328,13 +330,16 @@ pub struct Ends {
     pub rx: Option<(usize, usize)>,
 }
 
-/// The inbox tag of the direction whose reader is `owner` (both ends agree).
-fn inbox_tag(owner: usize, other: usize) -> u64 {
-    if owner < other {
-        1
-    } else {
-        2
-    }
+/// The address tag of the direction whose reader is `owner` in the `id`-th pipe of
+/// the pair (both ends agree): the direction (1 or 2) in the low two bits, and
+/// above them 14 bits of a hash of the pair and the open number, so an address of
+/// another pipe (to the same peer or another) is refused, unless the 14 bits of the
+/// two pipes collide (one pair of pipes in 16 384).
+fn inbox_tag(owner: usize, other: usize, id: u64) -> u64 {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let (lo, hi) = (owner.min(other) as u64, owner.max(other) as u64);
+    let pipe = ((id.wrapping_mul(K) ^ lo).wrapping_mul(K) ^ hi).wrapping_mul(K) >> 50;
+    pipe << 2 | if owner < other { 1 } else { 2 }
 }
 
 impl Pipe {
@@ -382,8 +387,8 @@ impl Pipe {
             shape,
             transfer,
             policy,
-            tx_tag: inbox_tag(peer, me),
-            rx_tag: inbox_tag(me, peer),
+            tx_tag: inbox_tag(peer, me, id),
+            rx_tag: inbox_tag(me, peer, id),
             inner: SoloMutex::new(inner, concurrent),
             rx_ring,
             rx_next: AtomicU64::new(1),
