@@ -117,6 +117,7 @@ extra test_firehose 2 - FH_REGISTRATION=pin-everything FH_FIREHOSE_M=16M FH_TEST
 extra test_rpipe 2 - FH_SHM=0
 # An odd count leaves one rank out of the pair phases (all-to-all still has it).
 extra test_rpipe 3 -
+extra test_thread_level 4 - FH_SHM=0
 extra test_rpipe_close_order 8 - FH_SHM=0
 extra test_rpipe_ring 8 - FH_SHM=0
 extra test_ring 4 - FH_SHM=0

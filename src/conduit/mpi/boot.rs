@@ -315,11 +315,17 @@ fn mpi_error(rc: c_int, what: String) -> crate::runtime::error::Error {
 /// no limit) or the read fails. MPI must be initialised.
 pub fn ompi_max_attach() -> Option<usize> {
     let mut provided: c_int = 0;
+    // Ask for the level MPI already provides: Open MPI 4.1's MPI_T_init_thread sets
+    // the process's thread level to what it grants, so asking for SINGLE made an
+    // MPI_THREAD_MULTIPLE program single-threaded from then on (MPI_Query_thread said
+    // SINGLE, to the program and to the next context's fh_init, which then took
+    // the fast paths without locks under real threads).
+    let level = level_to_mpi(query_thread());
     // SAFETY: MPI_T may be initialised any number of times (paired with
     // MPI_T_finalize below); every out-pointer is a local of the right type, and the
     // variable is an MPI_UNSIGNED (4 bytes) read into an 8-byte zeroed buffer.
     unsafe {
-        if ffi::MPI_T_init_thread(ffi::RSMPI_THREAD_SINGLE, &mut provided) != 0 {
+        if ffi::MPI_T_init_thread(level, &mut provided) != 0 {
             return None;
         }
         let mut idx: c_int = 0;
