@@ -21,6 +21,7 @@
  *     rmalloc on a reader-only end (FH_ERR_STATE), rread on a writer-only end
  *     (FH_ERR_STATE), rwrite of a received message, double rfree; then one more good
  *     message each way checks the pipe still works.
+ *  7b. inside an AM handler: the calls that never block work, rpipe_rread is refused.
  *  3b. addresses of another pipe to the same peer (same offsets): refused by every call.
  *  4. full-duplex misuse: rwrite of a received message, cancel of a received message,
  *     and the two directions' addresses stay apart.
@@ -314,6 +315,53 @@ static void other_pipes_addresses(void) {
   CHECK_OK(rpipe_close(q));
 }
 
+/* ---------------- 7b. calls from an AM handler ---------------- */
+/* The header allows the calls that never block inside a handler (try_rread,
+ * try_rmalloc, rmem, rfree, stats) and refuses the blocking ones with
+ * FH_ERR_STATE. The writer sends one message, then an AM; the reader's handler
+ * takes the message, checks it and frees it, all inside the handler. */
+static rpipe_t *hpipe;
+static volatile int hran;
+enum { H_PIPE = 140 };
+static void pipe_handler(fh_token_t *tok, void *buf, size_t nbytes, const uint64_t *args, size_t nargs,
+                         void *user) {
+  (void)tok; (void)buf; (void)nbytes; (void)args; (void)nargs; (void)user;
+  rpipe_addr_t a;
+  size_t len;
+  rpipe_stats_t st;
+  HCHECK(rpipe_rread(hpipe, &a, &len) == FH_ERR_STATE, "blocking rpipe_rread in a handler was not refused");
+  HCHECK(rpipe_try_rread(hpipe, &a, &len) == FH_OK, "rpipe_try_rread in a handler: no message");
+  const unsigned char *m = rpipe_rmem(hpipe, a);
+  HCHECK(m != NULL && len == 24, "rpipe_rmem in a handler: %p, %zu bytes", (const void *)m, len);
+  for (size_t i = 0; m && i < len; i++) HCHECK(m[i] == (unsigned char)(77 + i), "byte %zu is %u", i, m[i]);
+  HCHECK(rpipe_rfree(hpipe, a) == FH_OK, "rpipe_rfree in a handler");
+  HCHECK(rpipe_stats(hpipe, &st) == FH_OK && st.messages_read == 1, "rpipe_stats in a handler");
+  hran = 1;
+}
+
+static void calls_from_handler(void) {
+  CHECK_OK(fh_am_register(ctx, H_PIPE, pipe_handler, NULL));
+  CHECK_OK(rpipe_open(ctx, peer, even ? RPIPE_WRITER : RPIPE_READER, 4096, RPIPE_HALF_DUPLEX, RPIPE_NEXT_FIT,
+                      &hpipe));
+  /* The writer's open may return first: its AM must not reach a handler that has no
+   * pipe yet, so the reader says when its open returned. */
+  int ready = 1;
+  if (even) {
+    MPI_Recv(&ready, 1, MPI_INT, peer, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    rpipe_addr_t a;
+    CHECK_OK(rpipe_rmalloc(hpipe, 24, &a));
+    unsigned char *m = rpipe_rmem(hpipe, a);
+    for (int i = 0; i < 24; i++) m[i] = (unsigned char)(77 + i);
+    CHECK_OK(rpipe_rwrite(hpipe, a));
+    CHECK_OK(fh_am_request_short(ctx, peer, H_PIPE, NULL, 0));
+  } else {
+    MPI_Send(&ready, 1, MPI_INT, peer, 7, MPI_COMM_WORLD);
+    while (!hran) CHECK_OK(fh_poll(ctx));
+    CHECK_HANDLERS();
+  }
+  CHECK_OK(rpipe_close(hpipe));
+}
+
 /* ---------------- 4. full-duplex misuse ---------------- */
 static void full_duplex_misuse(void) {
   rpipe_t *p;
@@ -495,6 +543,10 @@ int main(int argc, char **argv) {
     both_fail("policy 4 on the even end", wr, 4096, H, even ? 4 : NF, INV);
     both_fail("policy -1 on the odd end", wr, 4096, H, even ? NF : -1, INV);
   }
+  end_phase();
+
+  begin("7b. calls from an AM handler");
+  if (paired) calls_from_handler();
   end_phase();
 
   begin("8. a pipe left open at fh_finalize");

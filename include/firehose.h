@@ -2158,7 +2158,8 @@ int rpipe_rmalloc(struct rpipe_t *p, size_t nbytes, rpipe_addr_t *addr_out);
 /**
  * As rpipe_rmalloc, but returns FH_NOT_READY at once when the heap has no room.
  * Threads: any thread, concurrently with other calls on the pipe (MPI_THREAD_MULTIPLE;
- * below it, one thread at a time per the MPI thread level). Not from AM handlers.
+ * below it, one thread at a time per the MPI thread level). Also from AM handlers
+ * (it never blocks).
  */
 int rpipe_try_rmalloc(struct rpipe_t *p, size_t nbytes, rpipe_addr_t *addr_out);
 
@@ -2167,7 +2168,7 @@ int rpipe_try_rmalloc(struct rpipe_t *p, size_t nbytes, rpipe_addr_t *addr_out);
  * rpipe_rwrite (valid from rpipe_rmalloc until rpipe_rwrite); on the reader, the
  * message itself (valid from rpipe_rread until rpipe_rfree). NULL (see
  * fh_last_error) for any other address, e.g. one already written or freed.
- * Threads: any thread. Not from AM handlers.
+ * Threads: any thread. Also from AM handlers (it never blocks).
  */
 void *rpipe_rmem(struct rpipe_t *p, rpipe_addr_t addr);
 
@@ -2197,7 +2198,8 @@ int rpipe_rread(struct rpipe_t *p, rpipe_addr_t *addr_out, size_t *len_out);
 /**
  * As rpipe_rread, but FH_NOT_READY at once when no message has arrived.
  * Threads: any thread, concurrently with other calls on the pipe (MPI_THREAD_MULTIPLE;
- * below it, one thread at a time per the MPI thread level). Not from AM handlers.
+ * below it, one thread at a time per the MPI thread level). Also from AM handlers
+ * (it never blocks).
  */
 int rpipe_try_rread(struct rpipe_t *p, rpipe_addr_t *addr_out, size_t *len_out);
 
@@ -2206,13 +2208,14 @@ int rpipe_try_rread(struct rpipe_t *p, rpipe_addr_t *addr_out, size_t *len_out);
  * collects frees by RDMA when it needs space). Writer: drop an allocation it never
  * wrote. Errors: FH_ERR_INVALID_ARG (not held: never read, or freed already).
  * Threads: any thread, concurrently with other calls on the pipe (MPI_THREAD_MULTIPLE;
- * below it, one thread at a time per the MPI thread level). Not from AM handlers.
+ * below it, one thread at a time per the MPI thread level). Also from AM handlers
+ * (it never blocks).
  */
 int rpipe_rfree(struct rpipe_t *p, rpipe_addr_t addr);
 
 /**
  * Counters and heap state of this end of the pipe.
- * Threads: any thread. Not from AM handlers.
+ * Threads: any thread. Also from AM handlers (it never blocks).
  */
 int rpipe_stats(struct rpipe_t *p, struct rpipe_stats_t *stats_out);
 

@@ -208,7 +208,8 @@ pub extern "C" fn rpipe_rmalloc(
 
 /// As rpipe_rmalloc, but returns FH_NOT_READY at once when the heap has no room.
 /// Threads: any thread, concurrently with other calls on the pipe (MPI_THREAD_MULTIPLE;
-/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
+/// below it, one thread at a time per the MPI thread level). Also from AM handlers
+/// (it never blocks).
 #[no_mangle]
 pub extern "C" fn rpipe_try_rmalloc(
     p: *mut rpipe_t,
@@ -222,7 +223,7 @@ pub extern "C" fn rpipe_try_rmalloc(
 /// rpipe_rwrite (valid from rpipe_rmalloc until rpipe_rwrite); on the reader, the
 /// message itself (valid from rpipe_rread until rpipe_rfree). NULL (see
 /// fh_last_error) for any other address, e.g. one already written or freed.
-/// Threads: any thread. Not from AM handlers.
+/// Threads: any thread. Also from AM handlers (it never blocks).
 #[no_mangle]
 pub extern "C" fn rpipe_rmem(p: *mut rpipe_t, addr: rpipe_addr_t) -> *mut c_void {
     crate::ffi_boundary!(value std::ptr::null_mut(), {
@@ -286,7 +287,8 @@ pub extern "C" fn rpipe_rread(
 
 /// As rpipe_rread, but FH_NOT_READY at once when no message has arrived.
 /// Threads: any thread, concurrently with other calls on the pipe (MPI_THREAD_MULTIPLE;
-/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
+/// below it, one thread at a time per the MPI thread level). Also from AM handlers
+/// (it never blocks).
 #[no_mangle]
 pub extern "C" fn rpipe_try_rread(
     p: *mut rpipe_t,
@@ -300,7 +302,8 @@ pub extern "C" fn rpipe_try_rread(
 /// collects frees by RDMA when it needs space). Writer: drop an allocation it never
 /// wrote. Errors: FH_ERR_INVALID_ARG (not held: never read, or freed already).
 /// Threads: any thread, concurrently with other calls on the pipe (MPI_THREAD_MULTIPLE;
-/// below it, one thread at a time per the MPI thread level). Not from AM handlers.
+/// below it, one thread at a time per the MPI thread level). Also from AM handlers
+/// (it never blocks).
 #[no_mangle]
 pub extern "C" fn rpipe_rfree(p: *mut rpipe_t, addr: rpipe_addr_t) -> c_int {
     crate::ffi_boundary!(status {
@@ -310,7 +313,7 @@ pub extern "C" fn rpipe_rfree(p: *mut rpipe_t, addr: rpipe_addr_t) -> c_int {
 }
 
 /// Counters and heap state of this end of the pipe.
-/// Threads: any thread. Not from AM handlers.
+/// Threads: any thread. Also from AM handlers (it never blocks).
 #[no_mangle]
 pub extern "C" fn rpipe_stats(p: *mut rpipe_t, stats_out: *mut rpipe_stats_t) -> c_int {
     crate::ffi_boundary!(status {
