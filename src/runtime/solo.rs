@@ -34,8 +34,6 @@ pub struct SoloMutex<T> {
 // `raw` when threads may race, and under the caller's promise of one thread at a
 // time plus `busy` otherwise.
 unsafe impl<T: Send> Sync for SoloMutex<T> {}
-// SAFETY: moving the mutex moves its `T`.
-unsafe impl<T: Send> Send for SoloMutex<T> {}
 
 pub struct SoloGuard<'a, T> {
     m: &'a SoloMutex<T>,

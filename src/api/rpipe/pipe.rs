@@ -1049,6 +1049,8 @@ mod tests {
             assert_eq!(r.held, model.len());
             for (&s, &n) in &model {
                 assert!(r.holds(s * UNIT));
+                // Inside its first unit is not its address.
+                assert!(!r.holds(s * UNIT + 1) && !r.holds(s * UNIT + UNIT - 1));
                 assert_eq!(r.held_extent(s), n, "message at unit {s}");
             }
         }

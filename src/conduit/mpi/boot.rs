@@ -312,15 +312,21 @@ fn mpi_error(rc: c_int, what: String) -> crate::runtime::error::Error {
 
 /// Open MPI's `osc_rdma_max_attach` (attachments one dynamic window holds), read
 /// through the MPI tool interface; `None` when this MPI has no such variable (MPICH:
-/// no limit) or the read fails. MPI must be initialised.
+/// no limit) or the read fails. Works before `MPI_Init` too.
 pub fn ompi_max_attach() -> Option<usize> {
     let mut provided: c_int = 0;
     // Ask for the level MPI already provides: Open MPI 4.1's MPI_T_init_thread sets
     // the process's thread level to what it grants, so asking for SINGLE made an
     // MPI_THREAD_MULTIPLE program single-threaded from then on (MPI_Query_thread said
     // SINGLE, to the program and to the next context's fh_init, which then took
-    // the fast paths without locks under real threads).
-    let level = level_to_mpi(query_thread());
+    // the fast paths without locks under real threads). Before MPI_Init (the tool
+    // interface works then; firehose_info reads it so), MPI_Query_thread may not be
+    // called, and MPI_Init_thread sets the level later anyway.
+    let level = if is_initialized() && !is_finalized() {
+        level_to_mpi(query_thread())
+    } else {
+        level_to_mpi(ThreadLevel::Single)
+    };
     // SAFETY: MPI_T may be initialised any number of times (paired with
     // MPI_T_finalize below); every out-pointer is a local of the right type, and the
     // variable is an MPI_UNSIGNED (4 bytes) read into an 8-byte zeroed buffer.
