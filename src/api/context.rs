@@ -412,7 +412,8 @@ fn build(
     let mut info = info;
     info.push(params.describe());
     let remote_heaps: Vec<(usize, usize)> = (0..size).map(|r| conduit.remote_heap(r)).collect();
-    let (mut sync, reserved) = super::sync::SyncState::new(&remote_heaps, cfg.sync.barrier);
+    let (mut sync, reserved) =
+        super::sync::SyncState::new(&remote_heaps, cfg.sync.barrier, concurrent);
     let view = |r: usize, addr: usize| conduit.node_view(r, addr, 64).map(|p| p as usize);
     let all_native = (0..size).all(|r| conduit.native(r, remote_heaps[r].0, 8).is_some());
     let bells = super::bells::Bells::new(

@@ -66,6 +66,24 @@ impl<T> SoloMutex<T> {
     }
 }
 
+impl<T> SoloMutex<T> {
+    /// The lock if nobody holds it (in the solo mode: unless this thread does).
+    #[inline]
+    pub fn try_lock(&self) -> Option<SoloGuard<'_, T>> {
+        if self.concurrent {
+            if !self.raw.try_lock() {
+                return None;
+            }
+        } else {
+            if self.busy.load(Ordering::Relaxed) {
+                return None;
+            }
+            self.busy.store(true, Ordering::Relaxed);
+        }
+        Some(SoloGuard { m: self })
+    }
+}
+
 #[cold]
 #[inline(never)]
 fn reentered() -> ! {
@@ -121,6 +139,10 @@ mod tests {
         }
         // The first guard ended: the lock is free again.
         assert_eq!(*m.lock(), 6);
+        let g = m.try_lock().expect("free");
+        assert!(m.try_lock().is_none(), "held by this thread");
+        drop(g);
+        assert!(m.try_lock().is_some());
     }
 
     #[test]
@@ -144,6 +166,13 @@ mod tests {
             t.join().unwrap();
         }
         assert_eq!(*m.lock(), 40_000);
+        let g = m.try_lock().expect("free");
+        let other = {
+            let m = m.clone();
+            std::thread::spawn(move || m.try_lock().is_none())
+        };
+        assert!(other.join().unwrap(), "held by another thread");
+        drop(g);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use super::area;
 use super::settings::Algo;
-use parking_lot::Mutex;
+use crate::runtime::solo::SoloMutex;
 use std::sync::atomic::{AtomicBool, AtomicU8};
 
 /// Spare heap every rank keeps beyond the sync area for fh_malloc and rpipe.
@@ -208,11 +208,12 @@ pub struct SyncState {
     /// `None` when some rank's heap is too small for the area (the calls then return
     /// FH_ERR_NO_RESOURCE naming FH_HEAP_SIZE).
     pub area: Option<area::Area>,
-    pub barrier: Mutex<Barrier>,
+    /// The locks below are plain flags below MPI_THREAD_MULTIPLE (`SoloMutex`).
+    pub barrier: SoloMutex<Barrier>,
     /// A split-phase barrier is in flight (the progress thread advances it).
     pub barrier_active: AtomicBool,
-    pub coll: Mutex<CollState>,
-    pub locks: Mutex<LockIds>,
+    pub coll: SoloMutex<CollState>,
+    pub locks: SoloMutex<LockIds>,
     /// This rank's node (`node`): its ranks, leaders, and where their words are.
     pub node: Node,
 }
@@ -220,15 +221,16 @@ pub struct SyncState {
 impl SyncState {
     /// Decide the area for `heaps` (every rank's `(base, len)`): returns the state and
     /// how many bytes at the start of this rank's heap it reserves.
-    pub fn new(heaps: &[(usize, usize)], algo: Algo) -> (SyncState, usize) {
+    /// `concurrent`: threads may race inside the library (the context's flag).
+    pub fn new(heaps: &[(usize, usize)], algo: Algo, concurrent: bool) -> (SyncState, usize) {
         let a = area::Area::new(heaps.len()).with_big(heaps.iter().map(|h| h.1));
         let fits = heaps.iter().all(|&(_, l)| l >= a.bytes + MIN_SPARE);
         let st = SyncState {
             area: fits.then_some(a),
-            barrier: Mutex::new(Barrier::new(algo)),
+            barrier: SoloMutex::new(Barrier::new(algo), concurrent),
             barrier_active: AtomicBool::new(false),
-            coll: Mutex::new(CollState::new(heaps.len())),
-            locks: Mutex::new(LockIds::default()),
+            coll: SoloMutex::new(CollState::new(heaps.len()), concurrent),
+            locks: SoloMutex::new(LockIds::default(), concurrent),
             node: Default::default(),
         };
         (st, if fits { a.bytes } else { 0 })

@@ -418,7 +418,10 @@ fn describe(d: &Desc) -> String {
 impl CtxInner {
     /// Enter a collective: one at a time per context; every call (even one that
     /// fails at once) takes the next call number, so ranks agree on numbers.
-    fn coll_enter(&self, what: &'static str) -> Result<parking_lot::MutexGuard<'_, CollState>> {
+    fn coll_enter(
+        &self,
+        what: &'static str,
+    ) -> Result<crate::runtime::solo::SoloGuard<'_, CollState>> {
         self.check_live()?;
         crate::api::am::check_not_in_handler(what)?;
         self.area()?;
