@@ -54,33 +54,34 @@ impl<T> SoloMutex<T> {
     pub fn lock(&self) -> SoloGuard<'_, T> {
         if self.concurrent {
             self.raw.lock();
-        } else {
-            // Relaxed: another thread's guard ended before this call started, ordered
-            // by the program (its promise); only this thread's own reentry is left.
-            if self.busy.load(Ordering::Relaxed) {
-                reentered();
-            }
-            self.busy.store(true, Ordering::Relaxed);
+        } else if !self.take_solo() {
+            reentered();
         }
         SoloGuard { m: self }
     }
-}
 
-impl<T> SoloMutex<T> {
     /// The lock if nobody holds it (in the solo mode: unless this thread does).
     #[inline]
     pub fn try_lock(&self) -> Option<SoloGuard<'_, T>> {
-        if self.concurrent {
-            if !self.raw.try_lock() {
-                return None;
-            }
+        let got = if self.concurrent {
+            self.raw.try_lock()
         } else {
-            if self.busy.load(Ordering::Relaxed) {
-                return None;
-            }
-            self.busy.store(true, Ordering::Relaxed);
+            self.take_solo()
+        };
+        // `then`, not `then_some`: a guard built and dropped on failure would unlock.
+        got.then(|| SoloGuard { m: self })
+    }
+
+    /// Solo mode: mark the mutex busy unless it is (then only this thread can hold
+    /// it). Relaxed: another thread's guard ended before this call started, ordered
+    /// by the program (its promise); only this thread's own reentry is left.
+    #[inline]
+    fn take_solo(&self) -> bool {
+        if self.busy.load(Ordering::Relaxed) {
+            return false;
         }
-        Some(SoloGuard { m: self })
+        self.busy.store(true, Ordering::Relaxed);
+        true
     }
 }
 
@@ -141,6 +142,7 @@ mod tests {
         assert_eq!(*m.lock(), 6);
         let g = m.try_lock().expect("free");
         assert!(m.try_lock().is_none(), "held by this thread");
+        assert!(m.try_lock().is_none(), "a failed try_lock left it held");
         drop(g);
         assert!(m.try_lock().is_some());
     }
@@ -172,6 +174,7 @@ mod tests {
             std::thread::spawn(move || m.try_lock().is_none())
         };
         assert!(other.join().unwrap(), "held by another thread");
+        assert!(m.try_lock().is_none(), "a failed try_lock left it held");
         drop(g);
     }
 

@@ -10,7 +10,7 @@
 //!   memory (next/first/best/worst fit, coalescing), pure bookkeeping over offsets.
 //! - [`slots`]: tagged notice slots (sequence numbers, stale-record safety).
 //! - [`freemap`]: the reader's free bitmap and the writer's deferred/immediate sync.
-//! - [`offmap`]: hash maps keyed by inbox offsets (the pipe's and the allocator's).
+//! - [`offmap`]: hash maps keyed by inbox offsets (the allocator's live set).
 //! - [`pipe`]: one pipe's two directions: rmalloc, rmem, rwrite, rread, rfree.
 //! - [`open`]: the pairwise open/close handshake.
 

@@ -1,4 +1,5 @@
-//! Maps keyed by offsets into a pipe's inbox, with a hasher of one multiplication.
+//! Maps keyed by offsets into a pipe's inbox, with a hasher of one multiplication
+//! (the allocator's live set; the reader's held messages are bitmaps in `pipe.rs`).
 //!
 //! Guarantees: every bit of the offset reaches the low bits the table indexes by, so
 //! offsets that are multiples of a cache line spread over the buckets.
@@ -7,8 +8,8 @@ use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
 /// Hashes an inbox offset with one multiplication, folded so the low bits (the
-/// table's bucket index) depend on every bit: a pipe looks offsets up in its maps and
-/// in the allocator's live set on every call (rmalloc, rwrite, rread, rfree), and an
+/// table's bucket index) depend on every bit: the writer looks offsets up in the
+/// allocator's live set on rmalloc, rmem and rwrite, and an
 /// ordered map or SipHash cost more than the rest of the call.
 #[derive(Default)]
 pub struct OffHasher(u64);

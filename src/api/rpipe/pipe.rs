@@ -18,7 +18,7 @@
 //! - **pull** (`rread` of seed 003, `RPIPE_PULL`): puts only the notice; R's
 //!   `rread` fetches the bytes from W's mirror into its own inbox with one RDMA get.
 //!
-//! R polls its own ring in order (record `seq` lives in slot `(seq-1) % slots`, see
+//! R polls its own ring in order (record `seq` lives in slot `(seq-1) mod ring`, see
 //! `slots.rs`), hands out the message in place, and `rfree` flips one bit of the
 //! free bitmap, which W collects by RDMA (`freemap.rs`).
 //!
