@@ -13,7 +13,7 @@
 //! words by CPU atomics); a sleep is bounded ([`Bells::bound`]), so what no bell
 //! announces (a peer's exit, another context's traffic) is seen late, never missed.
 
-use crate::runtime::wait::{Bell, Policy};
+use crate::runtime::wait::{Bell, Patience, Policy};
 use std::time::Duration;
 
 /// The bells of one context, as this rank sees them.
@@ -26,6 +26,8 @@ pub struct Bells {
     pub(crate) sleep_own: bool,
     /// The waiting policy for this node's ranks and cores (`runtime::wait`).
     pub(crate) policy: Option<Policy>,
+    /// How much longer than the policy this context's waits yield (learnt).
+    pub(crate) patience: Patience,
 }
 
 /// The longest sleep of a wait while this is the only live context and every rank
@@ -44,6 +46,7 @@ impl Bells {
             at,
             sleep_own,
             policy: Some(policy),
+            patience: Patience::default(),
         }
     }
 

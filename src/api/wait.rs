@@ -117,7 +117,7 @@ impl CtxInner {
         bell: impl Fn() -> Option<usize>,
         mut done: impl FnMut() -> Result<bool>,
     ) -> Result<()> {
-        let mut b = Backoff::new(self.bells.policy());
+        let mut b = Backoff::patient(self.bells.policy(), self.bells.patience.extra());
         // Started at the first round past the spin stage: a short wait reads no clock.
         let mut watch = None;
         loop {
@@ -157,8 +157,10 @@ impl CtxInner {
                         done().map(|d| !d)
                     };
                     if !bell.sleep(self.bells.bound(live_count()), still)? {
+                        self.bells.patience.wasted();
                         return Ok(()); // `done()` held when tested before the sleep
                     }
+                    self.bells.patience.slept();
                     watch.check_now()?;
                     b.reset();
                 }

@@ -5,9 +5,10 @@
 //! 1. **spin** — `spin` tests with a pause instruction between them. With a core
 //!    per rank the event is usually a few hundred nanoseconds away, and a system
 //!    call would cost more than it saves.
-//! 2. **yield** — up to `yields` tests, each after `sched_yield`. When ranks
-//!    outnumber cores the rank we wait for is often runnable on our core; yielding
-//!    hands it the core at once.
+//! 2. **yield** — up to `yields` tests, each after `sched_yield`, plus what the
+//!    context learnt ([`Patience`]: longer after sleeps that turned out needless).
+//!    When ranks outnumber cores the rank we wait for is often runnable on our
+//!    core; yielding hands it the core at once.
 //! 3. **sleep** — on a [`Bell`]: a futex word in the node-shared mapping that the
 //!    waker rings after making the condition true, so a sleeper takes no CPU time
 //!    from the ranks it waits for, and one system call wakes it (or every rank of a
@@ -38,7 +39,9 @@
 //! until its message's cache lines reached the receiver: about a tenth of a
 //! microsecond on each active message.
 
-use std::sync::atomic::{compiler_fence, fence, AtomicU32, AtomicU8, Ordering::SeqCst};
+use std::sync::atomic::{
+    compiler_fence, fence, AtomicU32, AtomicU8, Ordering::Relaxed, Ordering::SeqCst,
+};
 use std::time::Duration;
 
 /// The thresholds of one policy: tests in the spin stage, then in the yield stage.
@@ -252,11 +255,18 @@ pub enum Stage {
 pub struct Backoff {
     tests: u32,
     p: Policy,
+    /// Tests added to the yield stage by the caller's [`Patience`].
+    extra: u32,
 }
 
 impl Backoff {
     pub fn new(p: Policy) -> Backoff {
-        Backoff { tests: 0, p }
+        Backoff::patient(p, 0)
+    }
+
+    /// A wait whose yield stage lasts `extra` tests longer ([`Patience::extra`]).
+    pub fn patient(p: Policy, extra: u32) -> Backoff {
+        Backoff { tests: 0, p, extra }
     }
 
     /// The stage for the next test (and count it).
@@ -266,7 +276,7 @@ impl Backoff {
         let Policy { spin, yields } = self.p;
         if self.tests <= spin {
             Stage::Spin
-        } else if self.tests <= spin + yields {
+        } else if self.tests <= spin.saturating_add(yields).saturating_add(self.extra) {
             Stage::Yield
         } else {
             Stage::Sleep
@@ -276,6 +286,44 @@ impl Backoff {
     /// Start over (the wait saw progress: what it waits for is moving).
     pub fn reset(&mut self) {
         self.tests = 0;
+    }
+}
+
+/// How much longer than its policy's yield stage a wait yields before it sleeps,
+/// learnt from the waits before it (as glibc's adaptive mutex learns its spin count).
+///
+/// Announcing a sleep is not free: the `membarrier` of [`Bell::sleep`] interrupts
+/// every CPU of the job, and each waker that sees the announcement makes a `futex`
+/// call. When the condition comes true during the announcement (a *wasted* sleep),
+/// all of that bought nothing. Measured at 4 ranks on 2 cores (docs/PERFORMANCE.md,
+/// "Waiting, adaptive"): in some launches one rank announced a sleep in 1 700 of
+/// 2 200 barriers and slept in 15, and the barrier took 11-12 us instead of 2.
+/// So a wasted sleep doubles the extra yields (up to [`Patience::MAX`]) and a real
+/// one halves them: jobs whose waits end within a few yields stop announcing, jobs
+/// whose waiters need the cores (4x oversubscribed) keep sleeping early. Threads
+/// waiting at once may lose each other's updates: it is a hint, never a guarantee.
+#[derive(Default)]
+pub struct Patience(AtomicU32);
+
+impl Patience {
+    /// The most extra yields: about a time slice's worth of yields to a core-mate.
+    pub const MAX: u32 = 256;
+
+    /// Extra yield-stage tests for the next wait.
+    #[inline]
+    pub fn extra(&self) -> u32 {
+        self.0.load(Relaxed)
+    }
+
+    /// A sleep's announcement found the condition true: yield longer next time.
+    pub fn wasted(&self) {
+        let e = self.extra();
+        self.0.store((e * 2 + 2).min(Self::MAX), Relaxed);
+    }
+
+    /// A wait really slept: what it waited for was far off; sleep sooner next time.
+    pub fn slept(&self) {
+        self.0.store(self.extra() / 2, Relaxed);
     }
 }
 
@@ -306,6 +354,33 @@ mod tests {
         assert_eq!(Policy::for_node(8, 2), CROWDED);
         b.reset();
         assert_eq!(b.step(), Stage::Spin);
+    }
+
+    /// Wasted sleeps lengthen the yield stage (up to the cap), real ones shorten it
+    /// again, and a patient wait reaches its sleep stage that much later.
+    #[test]
+    fn patience_learns_both_ways() {
+        let pat = Patience::default();
+        assert_eq!(pat.extra(), 0);
+        pat.wasted();
+        pat.wasted();
+        assert_eq!(pat.extra(), 6);
+        for _ in 0..20 {
+            pat.wasted();
+        }
+        assert_eq!(pat.extra(), Patience::MAX);
+        pat.slept();
+        assert_eq!(pat.extra(), Patience::MAX / 2);
+        for _ in 0..20 {
+            pat.slept();
+        }
+        assert_eq!(pat.extra(), 0);
+
+        let p = CROWDED;
+        let mut b = Backoff::patient(p, 5);
+        let s: Vec<Stage> = (0..p.spin + p.yields + 6).map(|_| b.step()).collect();
+        let first_sleep = s.iter().position(|&x| x == Stage::Sleep);
+        assert_eq!(first_sleep, Some((p.spin + p.yields + 5) as usize));
     }
 
     /// A sleeper is woken by a ring long before its bound, and a ring with no
