@@ -10,7 +10,7 @@
  *  b. every rank opens a full-duplex pipe to every other rank (increasing peer
  *     order), sends one message to each and reads one from each, then closes them
  *     in an order of its own (a rank-seeded shuffle).
- *  c. 12 cycles of the pairs of (a) with two 10 MiB pipes (20 MiB of the 32 MiB
+ *  c. 12 cycles of the pairs of (a) with two 9 MiB pipes (19 MiB of the 32 MiB
  *     library heap per rank per cycle; two cycles do not fit): the odd rank of each
  *     pair closes late by a random few ms. A closed pipe's memory must come back
  *     (or the second cycle fails with FH_ERR_NO_MEMORY), and an open that finds the
@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
 
   /* c */
   if (paired)
-    for (int c = 0; c < 12; c++) pair_round(peer, (size_t)10 << 20, 20, 1, 2 + (uint64_t)c);
+    for (int c = 0; c < 12; c++) pair_round(peer, (size_t)9 << 20, 20, 1, 2 + (uint64_t)c);
   MPI_Barrier(MPI_COMM_WORLD);
 
   alarm(0);

@@ -12,9 +12,9 @@
 //! open), fills the same offsets of its mirror through `rpipe_rmem`, and:
 //! - **push** (`rwrite` of seed 003): puts mirror → inbox, flushes, then puts the
 //!   notice `{seq, offset, length}` into R's ring and flushes again. A message of
-//!   at most `slots::INLINE_MAX` bytes goes into the notice slot itself, in the same
-//!   cache line as the notice (same two puts and flushes), and R copies it to its
-//!   place in the inbox when it reads it;
+//!   at most `slots::INLINE_MAX` (112) bytes goes into the notice slot itself, the
+//!   first 48 in the notice's cache line, the rest in the next (same puts and
+//!   flushes), and R copies it to its place in the inbox when it reads it;
 //! - **pull** (`rread` of seed 003, `RPIPE_PULL`): puts only the notice; R's
 //!   `rread` fetches the bytes from W's mirror into its own inbox with one RDMA get.
 //!
@@ -64,7 +64,9 @@ pub const WIDTH_MAX: usize = 1 << 40;
 const INLINE_BIT: u64 = 1 << 39;
 /// `rpipe_addr_t` = inbox tag << ADDR_SHIFT | offset.
 const ADDR_SHIFT: u32 = 48;
-const STAGE: usize = 64;
+/// The staging block of `write_through`: inline bytes, then the notice's words.
+const STAGE: usize = slots::INLINE_MAX + 16;
+const WORDS_STAGED: usize = slots::INLINE_MAX;
 
 /// Bytes a message of `len` bytes takes in the inbox.
 pub fn extent(len: usize) -> usize {
@@ -679,24 +681,25 @@ impl Pipe {
             );
             view + (raddr - tx.peer_inbox)
         };
-        let dst = if n.inline {
-            n.slot
+        let src = (tx.outbox + off) as *const u8;
+        if n.inline {
+            // SAFETY: `len` (<= INLINE_MAX) bytes of our mirror at the allocation
+            // (library heap) into the peer's slot as mapped here (inside its ring).
+            unsafe { slots::inline_in(here(n.slot), src, len) };
         } else {
-            tx.peer_inbox + off
-        };
-        // SAFETY: `len` bytes of our mirror at the allocation (library heap) into the
-        // peer's inbox block as mapped here: its slot's inline area (len <= 48) or the
-        // allocation's extent in its space (inside the width, checked at rmalloc).
-        unsafe {
-            std::ptr::copy_nonoverlapping((tx.outbox + off) as *const u8, here(dst) as *mut u8, len)
-        };
+            // SAFETY: `len` bytes of our mirror into the allocation's extent in the
+            // peer's space as mapped here (inside the width, checked at rmalloc).
+            unsafe {
+                std::ptr::copy_nonoverlapping(src, here(tx.peer_inbox + off) as *mut u8, len)
+            };
+        }
         // SAFETY: the peer's slot as mapped here: 64-byte aligned, inside its ring.
         unsafe { slots::store(here(n.slot), n.words) };
     }
 
     /// `rwrite` through the transport (and pull mode through a mapping): the data
     /// put and its completion (or a full fence for pull), then the notice words put
-    /// from our staging line and completed.
+    /// from our staging block and completed.
     fn write_through(&self, tx: &Tx, off: usize, len: usize, n: &Notice) -> Result<()> {
         let Notice {
             slot,
@@ -734,8 +737,8 @@ impl Pipe {
         match (self.transfer, inline) {
             (Transfer::Push, true) => {
                 if len > 0 {
-                    // SAFETY: mirror bytes of this allocation into our staging line
-                    // (64 bytes, ours; the previous put from it completed at its flush).
+                    // SAFETY: mirror bytes of this allocation into our staging block
+                    // (INLINE_MAX bytes before its words, ours; the previous put from it completed at its flush).
                     unsafe {
                         std::ptr::copy_nonoverlapping(
                             (tx.outbox + off) as *const u8,
@@ -743,9 +746,11 @@ impl Pipe {
                             len,
                         )
                     };
-                    // The staging line's first len bytes into the slot's inline area
+                    // The staged bytes into the slot's inline area, around its words
                     // (the peer's ring, checked at open).
-                    put(slot, stage as *const u8, len)?;
+                    for (at, from, n) in slots::inline_parts(len).into_iter().filter(|p| p.2 > 0) {
+                        put(slot + at, (stage + from) as *const u8, n)?;
+                    }
                     // As for any data: complete before the words leave.
                     complete()?;
                 }
@@ -762,11 +767,11 @@ impl Pipe {
             // mirror must be globally visible before the notice is.
             (Transfer::Pull, _) => fence(Ordering::SeqCst),
         }
-        let wstage = stage + slots::WORDS_AT;
-        // SAFETY: the last 16 bytes of our 64-byte staging line, 8-byte aligned; the
+        let wstage = stage + WORDS_STAGED;
+        // SAFETY: the last 16 bytes of our staging block, 8-byte aligned; the
         // previous notice put from it completed at its flush.
         unsafe { std::ptr::write(wstage as *mut [u64; 2], words) };
-        // 16 bytes from our staging line to the words of the peer's slot.
+        // 16 bytes from our staging block to the words of the peer's slot.
         put(slot + slots::WORDS_AT, wstage as *const u8, 16)?;
         // Complete the notice too: a reader must never wait on a put that an MPI
         // library keeps queued until our next call.
@@ -888,9 +893,7 @@ impl Pipe {
             // (the line just arrived, so this is a cache-hot copy).
             // SAFETY: from our own slot's inline area (len <= INLINE_MAX, checked) to
             // our inbox at the message's extent (allocated to it by the writer).
-            unsafe {
-                std::ptr::copy_nonoverlapping(slot as *const u8, (rx.inbox + off) as *mut u8, len)
-            };
+            unsafe { slots::inline_out(slot, (rx.inbox + off) as *mut u8, len) };
         }
         if self.transfer == Transfer::Pull && len > 0 {
             // SAFETY: destination = our inbox at the message's extent (ours, unused

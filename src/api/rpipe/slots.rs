@@ -1,18 +1,26 @@
 //! Tagged slot rings: how one side tells the other something by RDMA alone.
 //!
-//! A ring is `n` slots of one cache line each in the *consumer's* memory: up to
-//! [`INLINE_MAX`] bytes of inline data, then two little-endian `u64` tag words. The
-//! producer writes the `s`-th record (s = 1, 2, ...) into slot `(s - 1) % n`; the
-//! consumer polls that slot's words in its own memory. Both words carry the tag
-//! `s mod 2^24` in their top 24 bits and a 40-bit payload below it:
+//! A ring is `n` slots of two cache lines each in the *consumer's* memory: the
+//! first line holds 48 bytes of inline data, then two little-endian `u64` tag
+//! words; the second line holds the inline data's next 64 bytes (up to
+//! [`INLINE_MAX`] = 112 in all). The producer writes the `s`-th record (s = 1, 2,
+//! ...) into slot `(s - 1) % n`; the consumer polls that slot's words in its own
+//! memory. Both words carry the tag `s mod 2^24` in their top 24 bits and a 40-bit
+//! payload below it:
 //!
 //! ```text
-//!   bytes 0..48: inline data       word 0 (at 48): tag(24) | a(40)
-//!                                  word 1 (at 56): tag(24) | b(40)
+//!   line 0: bytes 0..48: inline data 0..48   word 0 (at 48): tag(24) | a(40)
+//!                                            word 1 (at 56): tag(24) | b(40)
+//!   line 1: bytes 64..128: inline data 48..112
 //! ```
 //!
-//! Inline data is written (and completed) before the words, like any message data,
-//! so it shares the words' cache line: a small message costs one line transfer.
+//! Inline data is written (and completed) before the words, like any message data.
+//! Up to 48 bytes share the words' cache line: a small message costs one line
+//! transfer. Up to 112, the second line is at an address the consumer knows before
+//! it reads the words, next to the first (the adjacent-line prefetcher fetches the
+//! pair), instead of at the message's place in the inbox, which only the words name:
+//! two dependent line transfers become two at once (docs/PERFORMANCE.md, "rpipe:
+//! 112 bytes inline").
 //!
 //! Guarantees:
 //! - **Freshness.** A slot is accepted as record `s` only when *both* words carry
@@ -37,12 +45,51 @@ pub const TAG_BITS: u32 = 24;
 pub const PAYLOAD_BITS: u32 = 40;
 /// The largest payload value a slot word carries.
 pub const PAYLOAD_MAX: u64 = (1 << PAYLOAD_BITS) - 1;
-/// Bytes per slot (one cache line).
-pub const SLOT_BYTES: usize = 64;
-/// Inline data a slot carries before its words.
-pub const INLINE_MAX: usize = 48;
+/// Bytes per slot (two cache lines).
+pub const SLOT_BYTES: usize = 128;
+/// Inline data the first line carries before the words.
+const HEAD_INLINE: usize = 48;
+/// Where the second line (the rest of the inline data) starts in a slot.
+const TAIL_AT: usize = 64;
+/// Inline data a slot carries.
+pub const INLINE_MAX: usize = HEAD_INLINE + SLOT_BYTES - TAIL_AT;
 /// Offset of the two words in a slot.
-pub const WORDS_AT: usize = INLINE_MAX;
+pub const WORDS_AT: usize = HEAD_INLINE;
+
+/// Where `len` (at most [`INLINE_MAX`]) inline bytes lie in a slot: two pieces of
+/// `(offset in the slot, offset in the data, bytes)`, the second empty up to 48.
+#[inline]
+pub fn inline_parts(len: usize) -> [(usize, usize, usize); 2] {
+    debug_assert!(len <= INLINE_MAX);
+    let head = len.min(HEAD_INLINE);
+    [(0, 0, head), (TAIL_AT, HEAD_INLINE, len - head)]
+}
+
+/// Copy `len` inline bytes from `src` into the slot at `slot`.
+///
+/// # Safety
+/// `slot` is a slot ([`SLOT_BYTES`], writable, not read as the record before its
+/// words are stored), `src` is valid for `len` <= [`INLINE_MAX`] bytes.
+#[inline]
+pub unsafe fn inline_in(slot: usize, src: *const u8, len: usize) {
+    for (at, from, n) in inline_parts(len) {
+        // SAFETY: the caller's contract; the pieces lie inside the slot and `src`.
+        unsafe { std::ptr::copy_nonoverlapping(src.add(from), (slot + at) as *mut u8, n) };
+    }
+}
+
+/// Copy `len` inline bytes of the slot at `slot` to `dst`.
+///
+/// # Safety
+/// `slot` is a slot whose words named `len` <= [`INLINE_MAX`] inline bytes (loaded
+/// with [`load`], so the bytes are visible); `dst` is valid for `len` bytes.
+#[inline]
+pub unsafe fn inline_out(slot: usize, dst: *mut u8, len: usize) {
+    for (at, to, n) in inline_parts(len) {
+        // SAFETY: the caller's contract; the pieces lie inside the slot and `dst`.
+        unsafe { std::ptr::copy_nonoverlapping((slot + at) as *const u8, dst.add(to), n) };
+    }
+}
 
 #[inline]
 fn tag(seq: u64) -> u64 {
@@ -148,6 +195,32 @@ mod tests {
             line.0[..WORDS_AT].iter().all(|&b| b == 0),
             "inline area untouched"
         );
+    }
+
+    /// Every inline length round-trips through a slot without touching the words,
+    /// and the second line is used only past 48 bytes.
+    #[test]
+    fn inline_bytes_round_trip_around_the_words() {
+        #[repr(align(64))]
+        struct Slot([u8; SLOT_BYTES]);
+        for len in 0..=INLINE_MAX {
+            let mut slot = Slot([0; SLOT_BYTES]);
+            let addr = slot.0.as_mut_ptr() as usize;
+            let w = encode(5, 1, len as u64);
+            // SAFETY: a live, aligned slot of SLOT_BYTES.
+            unsafe { store(addr, w) };
+            let src: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(7) | 1).collect();
+            // SAFETY: as above; src is valid for len <= INLINE_MAX bytes.
+            unsafe { inline_in(addr, src.as_ptr(), len) };
+            // SAFETY: as above.
+            assert_eq!(decode(5, unsafe { load(addr) }), Some((1, len as u64)));
+            let used = slot.0[TAIL_AT..].iter().filter(|&&b| b != 0).count();
+            assert_eq!(used, len.saturating_sub(HEAD_INLINE), "len {}", len);
+            let mut dst = vec![0u8; len];
+            // SAFETY: as above; dst is valid for len bytes.
+            unsafe { inline_out(addr, dst.as_mut_ptr(), len) };
+            assert_eq!(dst, src, "len {}", len);
+        }
     }
 
     #[test]
