@@ -307,7 +307,7 @@ pub struct Patience(AtomicU32);
 
 impl Patience {
     /// The most extra yields: about a time slice's worth of yields to a core-mate.
-    pub const MAX: u32 = 256;
+    const MAX: u32 = 256;
 
     /// Extra yield-stage tests for the next wait.
     #[inline]
