@@ -19,7 +19,7 @@ use super::ctx::{CtxInner, State};
 use super::stall::{Wait, Watch};
 use crate::bail;
 use crate::runtime::error::Result;
-use crate::runtime::wait::{Backoff, Bell, Sleep, Stage};
+use crate::runtime::wait::{Backoff, Bell, Sleep, Slept, Stage};
 use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
 
@@ -148,6 +148,10 @@ impl CtxInner {
                     // SAFETY: a bell line of a sync area of this node, mapped for the
                     // context's life (`api::bells`, `sync::node`).
                     let bell = unsafe { Bell::at(p as *mut u8) };
+                    // The idle hooks above may have done it: no announcement then.
+                    if done()? {
+                        return Ok(());
+                    }
                     // A polled condition's message may have landed (and rung) before
                     // we announced ourselves: poll once more after the announcement.
                     let still = || {
@@ -156,13 +160,14 @@ impl CtxInner {
                         }
                         done().map(|d| !d)
                     };
-                    if !bell.sleep(self.bells.bound(live_count()), still)? {
-                        self.bells.patience.wasted();
+                    let slept = bell.sleep(self.bells.bound(live_count()), still)?;
+                    self.bells.patience.learn(slept);
+                    if slept == Slept::NotNeeded {
                         return Ok(()); // `done()` held when tested before the sleep
                     }
-                    self.bells.patience.slept();
                     watch.check_now()?;
-                    b.reset();
+                    // Start over with what was just learnt.
+                    b = Backoff::patient(self.bells.policy(), self.bells.patience.extra());
                 }
                 _ => self.conduit.idle(),
             }

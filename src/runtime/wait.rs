@@ -19,7 +19,8 @@
 //! oversubscription (docs/PERFORMANCE.md, "Waiting"): [`DEDICATED`] when the node's
 //! ranks have a core each (spin, then yield for about 100 µs: a busy job never
 //! sleeps), [`CROWDED`] when they do not (8 tests, 2 yields, then sleep: the ranks
-//! waited for get the cores).
+//! waited for get the cores). Both are starting points: a context's [`Patience`]
+//! adds up to 256 yields where its sleeps keep turning out needless.
 //!
 //! Guarantee (no lost wake-up): a waker that makes the condition true and then calls
 //! [`Bell::ring`] wakes every sleeper whose last test of the condition was false.
@@ -121,25 +122,36 @@ impl Bell {
     }
 
     /// Sleep until rung or `max` elapsed, unless `still()` (the wait's condition is
-    /// still false) says otherwise after the announcement. Returns what `still` said
-    /// (false: did not sleep, the condition may hold now).
+    /// still false) says otherwise after the announcement. Says whether it blocked.
     pub fn sleep<E>(
         &self,
         max: Duration,
         still: impl FnOnce() -> Result<bool, E>,
-    ) -> Result<bool, E> {
+    ) -> Result<Slept, E> {
         self.sleepers.fetch_add(1, SeqCst);
         if asymmetric() {
             heavy_fence();
         }
         let s = self.seq.load(SeqCst);
-        let r = still();
-        if let Ok(true) = r {
-            futex_wait(&self.seq, s, max);
-        }
+        let r = still().map(|still| match still {
+            false => Slept::NotNeeded,
+            true if futex_wait(&self.seq, s, max) => Slept::Blocked,
+            true => Slept::Raced,
+        });
         self.sleepers.fetch_sub(1, SeqCst);
         r
     }
+}
+
+/// What a [`Bell::sleep`] came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slept {
+    /// `still()` said the condition may hold: no sleep.
+    NotNeeded,
+    /// Rung between the test and the futex call: back at once, without blocking.
+    Raced,
+    /// Blocked until rung, or until the bound.
+    Blocked,
 }
 
 /// Whether wakers may skip their fence (`asymmetric`): 0 not asked yet, 1 yes, 2 no.
@@ -216,14 +228,16 @@ fn heavy_fence() {
     }
 }
 
-fn futex_wait(w: &AtomicU32, expected: u32, max: Duration) {
+/// Block while `*w == expected`, for at most `max`; false if the word had changed
+/// already (the kernel did not block).
+fn futex_wait(w: &AtomicU32, expected: u32, max: Duration) -> bool {
     let ts = libc::timespec {
         tv_sec: max.as_secs() as libc::time_t,
         tv_nsec: max.subsec_nanos() as libc::c_long,
     };
     // SAFETY: FUTEX_WAIT (shared: the word may be in a mapping other processes share)
     // on a live, aligned u32; the kernel only reads it and the timespec.
-    unsafe {
+    let rc = unsafe {
         libc::syscall(
             libc::SYS_futex,
             w.as_ptr(),
@@ -232,8 +246,9 @@ fn futex_wait(w: &AtomicU32, expected: u32, max: Duration) {
             &ts as *const libc::timespec,
             std::ptr::null::<u32>(),
             0u32,
-        );
-    }
+        )
+    };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN)
 }
 
 fn futex_wake(w: &AtomicU32) {
@@ -298,15 +313,18 @@ impl Backoff {
 /// all of that bought nothing. Measured at 4 ranks on 2 cores (docs/PERFORMANCE.md,
 /// "Waiting, adaptive"): in some launches one rank announced a sleep in 1 700 of
 /// 2 200 barriers and slept in 15, and the barrier took 11-12 us instead of 2.
-/// So a wasted sleep doubles the extra yields (up to [`Patience::MAX`]) and a real
-/// one halves them: jobs whose waits end within a few yields stop announcing, jobs
-/// whose waiters need the cores (4x oversubscribed) keep sleeping early. Threads
-/// waiting at once may lose each other's updates: it is a hint, never a guarantee.
+/// So a wasted sleep (the condition held after the announcement, or a ring came
+/// before the futex call) doubles the extra yields, up to [`Patience::MAX`], and a
+/// real one takes back as much: jobs whose waits end within a few yields stop
+/// announcing, jobs whose waiters need the cores (4x oversubscribed) keep sleeping
+/// early, and waits that alternate stay where they are. Threads waiting at once may
+/// lose each other's updates: it is a hint, never a guarantee.
 #[derive(Default)]
 pub struct Patience(AtomicU32);
 
 impl Patience {
     /// The most extra yields: about a time slice's worth of yields to a core-mate.
+    /// (Not `pub`: cbindgen would export it into the C header.)
     const MAX: u32 = 256;
 
     /// Extra yield-stage tests for the next wait.
@@ -315,15 +333,15 @@ impl Patience {
         self.0.load(Relaxed)
     }
 
-    /// A sleep's announcement found the condition true: yield longer next time.
-    pub fn wasted(&self) {
+    /// What a sleep came to: yield longer next time if it did not block, shorter if
+    /// it did (what the wait waited for was far off). `e` -> `2e + 2` -> `e`.
+    pub fn learn(&self, s: Slept) {
         let e = self.extra();
-        self.0.store((e * 2 + 2).min(Self::MAX), Relaxed);
-    }
-
-    /// A wait really slept: what it waited for was far off; sleep sooner next time.
-    pub fn slept(&self) {
-        self.0.store(self.extra() / 2, Relaxed);
+        let next = match s {
+            Slept::NotNeeded | Slept::Raced => (e * 2 + 2).min(Self::MAX),
+            Slept::Blocked => e.saturating_sub(e / 2 + 1),
+        };
+        self.0.store(next, Relaxed);
     }
 }
 
@@ -362,19 +380,28 @@ mod tests {
     fn patience_learns_both_ways() {
         let pat = Patience::default();
         assert_eq!(pat.extra(), 0);
-        pat.wasted();
-        pat.wasted();
+        pat.learn(Slept::NotNeeded);
+        pat.learn(Slept::Raced);
         assert_eq!(pat.extra(), 6);
         for _ in 0..20 {
-            pat.wasted();
+            pat.learn(Slept::NotNeeded);
         }
         assert_eq!(pat.extra(), Patience::MAX);
-        pat.slept();
-        assert_eq!(pat.extra(), Patience::MAX / 2);
+        pat.learn(Slept::Blocked);
+        assert_eq!(pat.extra(), Patience::MAX / 2 - 1);
         for _ in 0..20 {
-            pat.slept();
+            pat.learn(Slept::Blocked);
         }
         assert_eq!(pat.extra(), 0);
+        // Alternating wasted and real sleeps neither grows nor shrinks the stage.
+        for e in [0, 5, 40] {
+            pat.0.store(e, Relaxed);
+            for _ in 0..50 {
+                pat.learn(Slept::Raced);
+                pat.learn(Slept::Blocked);
+            }
+            assert_eq!(pat.extra(), e);
+        }
 
         let p = CROWDED;
         let mut b = Backoff::patient(p, 5);
