@@ -112,7 +112,7 @@
  *          waits. ns per message, median over BENCH_RPIPE_CALLS_ROUNDS (default 400)
  *          batches of each, interleaved. CSV: bench_rpipe_calls.csv.
  *
- * Library heap: lat needs about 16.1 MiB of FH_HEAP_SIZE per rank (four pipes of
+ * Library heap: lat needs about 16.5 MiB of FH_HEAP_SIZE per rank (four pipes of
  * width 4 MiB, each costing its width on both ends, plus rings and bitmaps), under
  * the 32M default; in lat mode the program sets FH_HEAP_SIZE=48M for headroom if it is
  * unset (before MPI_Init, so before fh_init reads it).
@@ -1119,7 +1119,7 @@ static int run_calls(const char *outdir) {
 }
 
 int main(int argc, char **argv) {
-  /* lat needs ~16.1 MiB of library heap per rank: leave room if FH_HEAP_SIZE is unset. */
+  /* lat needs ~16.5 MiB of library heap per rank: leave room if FH_HEAP_SIZE is unset. */
   if (argc > 1 && !strcmp(argv[1], "lat")) setenv("FH_HEAP_SIZE", "48M", 0);
   int level = bench_mpi_init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &bench_rank);

@@ -10,7 +10,7 @@
  *  b. every rank opens a full-duplex pipe to every other rank (increasing peer
  *     order), sends one message to each and reads one from each, then closes them
  *     in an order of its own (a rank-seeded shuffle).
- *  c. 12 cycles of the pairs of (a) with two 9 MiB pipes (19 MiB of the 32 MiB
+ *  c. 12 cycles of the pairs of (a) with two 9 MiB pipes (about 18 MiB of the 32 MiB
  *     library heap per rank per cycle; two cycles do not fit): the odd rank of each
  *     pair closes late by a random few ms. A closed pipe's memory must come back
  *     (or the second cycle fails with FH_ERR_NO_MEMORY), and an open that finds the

@@ -2127,8 +2127,10 @@ int fh_test_nbi(struct fh_ctx_t *ctx, int which);
  * `width_bytes` (the size of each direction's heap, the largest message), `mode`
  * and `policy`, and complementary roles: RPIPE_WRITER with RPIPE_READER
  * (RPIPE_HALF_DUPLEX), or RPIPE_BOTH on both ends (RPIPE_FULL_DUPLEX). OR
- * RPIPE_PULL into `mode` for pull transfer. Costs `width_bytes` plus small
- * rings of library heap (FH_HEAP_SIZE) per direction on each end.
+ * RPIPE_PULL into `mode` for pull transfer. Costs, per direction on each end, of
+ * library heap (FH_HEAP_SIZE): `width_bytes`, plus a notice ring of 128 bytes per
+ * 64 bytes of width rounded up to a power of two (at most 128 KiB, reached at 64
+ * KiB), plus a free bitmap of one bit per 64 bytes.
  * Errors: FH_ERR_INVALID_ARG (bad or disagreeing arguments: both ends fail, except a
  * NULL pipe_out, refused before the handshake),
  * FH_ERR_BAD_RANK, FH_ERR_NO_MEMORY (library heap full).

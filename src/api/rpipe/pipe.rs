@@ -4,8 +4,8 @@
 //! which is always registered:
 //!
 //! ```text
-//!   R's inbox : [ space: width | notice ring: slots × 64 B | free bitmap ]
-//!   W's outbox: [ mirror: width | view of R's free bitmap | staging (64 B) ]
+//!   R's inbox : [ space: width | notice ring: slots × 128 B | free bitmap ]
+//!   W's outbox: [ mirror: width | view of R's free bitmap | staging (128 B) ]
 //! ```
 //!
 //! W allocates in R's inbox without asking R ([`Rmalloc`], the policy chosen at
@@ -738,7 +738,8 @@ impl Pipe {
             (Transfer::Push, true) => {
                 if len > 0 {
                     // SAFETY: mirror bytes of this allocation into our staging block
-                    // (INLINE_MAX bytes before its words, ours; the previous put from it completed at its flush).
+                    // (INLINE_MAX bytes before its words, ours; the previous put from
+                    // it completed at its flush).
                     unsafe {
                         std::ptr::copy_nonoverlapping(
                             (tx.outbox + off) as *const u8,
@@ -834,7 +835,7 @@ impl Pipe {
             // Peek without the lock: nothing new is the common case of a poll.
             let seq = self.rx_next.load(Ordering::Acquire);
             let slot = slots::slot_addr(self.rx_ring, self.shape.ring, seq);
-            // SAFETY: a slot of our own ring (library heap, 16-byte aligned).
+            // SAFETY: a slot of our own ring (library heap, 64-byte aligned).
             let words = unsafe { slots::load(slot) };
             if slots::decode(seq, words).is_none() {
                 return Ok(None);
@@ -853,7 +854,7 @@ impl Pipe {
             Some((s, slot, words)) if s == seq => (slot, words),
             _ => {
                 let slot = slots::slot_addr(rx.inbox + self.shape.ring_off(), self.shape.ring, seq);
-                // SAFETY: a slot of our own ring (library heap, 16-byte aligned).
+                // SAFETY: a slot of our own ring (library heap, 64-byte aligned).
                 (slot, unsafe { slots::load(slot) })
             }
         };

@@ -16,11 +16,11 @@
 //!
 //! Inline data is written (and completed) before the words, like any message data.
 //! Up to 48 bytes share the words' cache line: a small message costs one line
-//! transfer. Up to 112, the second line is at an address the consumer knows before
-//! it reads the words, next to the first (the adjacent-line prefetcher fetches the
-//! pair), instead of at the message's place in the inbox, which only the words name:
-//! two dependent line transfers become two at once (docs/PERFORMANCE.md, "rpipe:
-//! 112 bytes inline").
+//! transfer. Up to 112, the second line is right after the first, at an address the
+//! consumer knows before it reads the words, instead of at the message's place in
+//! the inbox, which only the words name: its transfer no longer waits for theirs to
+//! be decoded, and a hardware prefetcher may bring it along (docs/PERFORMANCE.md,
+//! "rpipe: 112 bytes inline").
 //!
 //! Guarantees:
 //! - **Freshness.** A slot is accepted as record `s` only when *both* words carry
@@ -192,7 +192,7 @@ mod tests {
         // SAFETY: as above.
         assert_eq!(decode(7, unsafe { load(addr) }), Some((3, 40)));
         assert!(
-            line.0[..WORDS_AT].iter().all(|&b| b == 0),
+            line.0[..WORDS_AT].iter().all(|&b| b == 0) && line.0[TAIL_AT..].iter().all(|&b| b == 0),
             "inline area untouched"
         );
     }
