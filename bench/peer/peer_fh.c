@@ -34,7 +34,7 @@ int main(int argc, char **argv) {
   OK(fh_lock_create(c, 0, &lock));
   OK(fh_barrier(c));
   PEER_TIME("barrier", me, OK(fh_barrier(c)), OK(fh_barrier(c)));
-  PEER_TIME("broadcast_8B", me, OK(fh_barrier(c)), OK(fh_broadcast(c, 0, &src, 8)));
+  PEER_TIME_N("broadcast_8B", me, OK(fh_barrier(c)), REPS_BCAST, OK(fh_broadcast(c, 0, &src, 8)));
   src = me + 1;
   PEER_TIME("sum_8B", me, OK(fh_barrier(c)), OK(fh_allreduce(c, &src, &dst, 1, FH_INT64, FH_SUM)));
   if (dst != (int64_t)np * (np + 1) / 2) fprintf(stderr, "fh sum wrong: %lld\n", (long long)dst);

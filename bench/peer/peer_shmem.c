@@ -25,7 +25,7 @@ int main(void) {
   shmem_barrier_all();
   int right = (me + 1) % np, k = 0;
   PEER_TIME("barrier", me, shmem_barrier_all(), shmem_barrier_all());
-  PEER_TIME("broadcast_8B", me, shmem_barrier_all(),
+  PEER_TIME_N("broadcast_8B", me, shmem_barrier_all(), REPS_BCAST,
             (shmem_broadcast64(dst, src, 1, 0, 0, 0, np, bsync[k]), k ^= 1));
   PEER_TIME("sum_8B", me, shmem_barrier_all(),
             (shmem_long_sum_to_all(dst, src, 1, 0, 0, np, pwrk[k], psync[k]), k ^= 1));
