@@ -113,12 +113,10 @@ pub fn open(ctx: &Arc<CtxInner>, peer: i64, spec: Spec) -> Result<Arc<Pipe>> {
 
 /// As [`open`], for a caller whose arguments may already have failed to parse: with
 /// a valid peer, the handshake still runs (marked failed) so the peer fails too
-/// instead of waiting forever, and the two ends' open counts stay paired.
-///
-/// Long because a problem found at any stage (parse, check, heap allocation) is
-/// carried in `problem` instead of returned, so the HELLO still goes out and the open
-/// counts stay paired; the allocated `blocks` must be freed on every later failure
-/// (send, wait, disagreement), so allocation and handshake share one body.
+/// instead of waiting forever, and the two ends' open counts stay paired. A problem
+/// found at any stage (parse, check, heap allocation) is carried in `problem` until
+/// the HELLO is out; the blocks reserved so far are freed on every failure
+/// ([`Reserved`]).
 pub fn open_checked(ctx: &Arc<CtxInner>, peer: i64, spec: Result<Spec>) -> Result<Arc<Pipe>> {
     ctx.check_live()?;
     am::check_not_in_handler("rpipe_open")?;
@@ -144,100 +142,22 @@ pub fn open_checked(ctx: &Arc<CtxInner>, peer: i64, spec: Result<Spec>) -> Resul
         ),
     };
     let shape = Shape::new(spec.width);
-    let mut blocks: Vec<usize> = Vec::new();
-    let mut alloc = |bytes: usize, problem: &mut Option<crate::Error>| -> usize {
-        if problem.is_some() {
-            return 0;
-        }
-        match alloc_block(ctx, peer, bytes) {
-            Ok(a) => {
-                blocks.push(a);
-                a
-            }
-            Err(e) => {
-                *problem = Some(e);
-                0
-            }
-        }
-    };
-    let inbox = if spec.role.reads() {
-        alloc(shape.inbox_bytes(), &mut problem)
-    } else {
-        0
-    };
-    let outbox = if spec.role.writes() {
-        alloc(shape.outbox_bytes(), &mut problem)
-    } else {
-        0
-    };
-    if inbox != 0 {
-        // The ring and the free bitmap start zeroed (the heap may hold an old pipe's).
-        let z = inbox + shape.ring_off();
-        // SAFETY: our fresh allocation, inbox_bytes long.
-        unsafe { std::ptr::write_bytes(z as *mut u8, 0, shape.inbox_bytes() - shape.ring_off()) };
-    }
-    if outbox != 0 {
-        let z = outbox + shape.view_off();
-        // SAFETY: our fresh allocation, outbox_bytes long.
-        unsafe { std::ptr::write_bytes(z as *mut u8, 0, shape.outbox_bytes() - shape.view_off()) };
-    }
-    let free_blocks = |blocks: &[usize]| {
-        for &b in blocks {
-            let _ = ctx.heap.free(b);
-        }
-    };
-
+    let mine = Reserved::new(ctx, peer, &spec, &shape, &mut problem);
     let k = {
         let mut n = ctx.rpipe.next.lock();
         let e = n.entry(peer).or_insert(0);
         *e += 1;
         *e
     };
-    let flags = spec.duplex as u64 | ((spec.transfer == Transfer::Pull) as u64) << 1;
-    let args = [
-        k,
-        problem.is_none() as u64,
-        spec.role.code(),
-        spec.width as u64,
-        flags,
-        policy_code(spec.policy),
-        inbox as u64,
-        outbox as u64,
-    ];
-    if let Err(e) = ctx.am_request(
-        peer,
-        Category::Short,
-        LibHandler::RpipeHello as u8,
-        &args,
-        &[],
-        None,
-    ) {
-        free_blocks(&blocks);
-        return Err(e);
-    }
-    let mut theirs = None;
-    let what =
-        crate::api::stall::Wait::call("rpipe_open", Some(peer), "the peer's matching rpipe_open");
-    let waited = ctx.wait_for(what, || {
-        theirs = ctx.rpipe.hellos.lock().remove(&(peer, k));
-        Ok(theirs.is_some())
-    });
-    if let Err(e) = waited {
-        free_blocks(&blocks);
-        return Err(e);
-    }
-    let t = theirs.expect("waited for it");
+    let t = hello(ctx, peer, k, &spec, problem.is_none(), &mine)?;
     // The peer's BYEs for pipes we closed earlier came before this HELLO.
     sweep(ctx)?;
-    let verdict = problem.map_or_else(|| agree(ctx, peer, &spec, &shape, &t), Err);
-    if let Err(e) = verdict {
-        free_blocks(&blocks);
-        return Err(e);
-    }
+    problem.map_or_else(|| agree(ctx, peer, &spec, &shape, &t), Err)?;
     let ends = Ends {
-        tx: spec.role.writes().then_some((outbox, t[6] as usize)),
-        rx: spec.role.reads().then_some((inbox, t[7] as usize)),
+        tx: spec.role.writes().then_some((mine.outbox, t[6] as usize)),
+        rx: spec.role.reads().then_some((mine.inbox, t[7] as usize)),
     };
+    mine.keep();
     let pipe = Arc::new(Pipe::new(
         ctx.clone(),
         peer,
@@ -256,6 +176,131 @@ pub fn open_checked(ctx: &Arc<CtxInner>, peer: i64, spec: Result<Spec>) -> Resul
         pipe.peer_closed.store(true, Ordering::Release);
     }
     Ok(pipe)
+}
+
+/// This end's heap blocks while its open is under way: freed if the open fails
+/// (dropped), handed to the pipe once it succeeds ([`Reserved::keep`]).
+struct Reserved<'a> {
+    ctx: &'a CtxInner,
+    blocks: Vec<usize>,
+    /// The reader's inbox (0: this end does not read, or it could not be had).
+    inbox: usize,
+    /// The writer's outbox (0 likewise).
+    outbox: usize,
+}
+
+impl<'a> Reserved<'a> {
+    /// Allocate the blocks `spec`'s role needs, their rings and bitmaps zeroed (the
+    /// heap may hold an old pipe's). The first failure goes to `problem`, and nothing
+    /// more is allocated after one.
+    fn new(
+        ctx: &'a CtxInner,
+        peer: usize,
+        spec: &Spec,
+        shape: &Shape,
+        problem: &mut Option<crate::Error>,
+    ) -> Reserved<'a> {
+        let mut r = Reserved {
+            ctx,
+            blocks: Vec::new(),
+            inbox: 0,
+            outbox: 0,
+        };
+        let mut alloc = |bytes: usize| -> usize {
+            if problem.is_some() {
+                return 0;
+            }
+            match alloc_block(ctx, peer, bytes) {
+                Ok(a) => {
+                    r.blocks.push(a);
+                    a
+                }
+                Err(e) => {
+                    *problem = Some(e);
+                    0
+                }
+            }
+        };
+        let inbox = if spec.role.reads() {
+            alloc(shape.inbox_bytes())
+        } else {
+            0
+        };
+        let outbox = if spec.role.writes() {
+            alloc(shape.outbox_bytes())
+        } else {
+            0
+        };
+        if inbox != 0 {
+            let z = inbox + shape.ring_off();
+            // SAFETY: our fresh allocation, inbox_bytes long.
+            unsafe {
+                std::ptr::write_bytes(z as *mut u8, 0, shape.inbox_bytes() - shape.ring_off())
+            };
+        }
+        if outbox != 0 {
+            let z = outbox + shape.view_off();
+            // SAFETY: our fresh allocation, outbox_bytes long.
+            unsafe {
+                std::ptr::write_bytes(z as *mut u8, 0, shape.outbox_bytes() - shape.view_off())
+            };
+        }
+        r.inbox = inbox;
+        r.outbox = outbox;
+        r
+    }
+
+    /// The pipe owns the blocks now.
+    fn keep(mut self) {
+        self.blocks.clear();
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        for &b in &self.blocks {
+            let _ = self.ctx.heap.free(b);
+        }
+    }
+}
+
+/// Send our HELLO for the `k`-th open with `peer` (`ok`: this end's arguments and
+/// blocks are fine) and wait for the peer's.
+fn hello(
+    ctx: &CtxInner,
+    peer: usize,
+    k: u64,
+    spec: &Spec,
+    ok: bool,
+    mine: &Reserved,
+) -> Result<[u64; HELLO_ARGS]> {
+    let flags = spec.duplex as u64 | ((spec.transfer == Transfer::Pull) as u64) << 1;
+    let args = [
+        k,
+        ok as u64,
+        spec.role.code(),
+        spec.width as u64,
+        flags,
+        policy_code(spec.policy),
+        mine.inbox as u64,
+        mine.outbox as u64,
+    ];
+    ctx.am_request(
+        peer,
+        Category::Short,
+        LibHandler::RpipeHello as u8,
+        &args,
+        &[],
+        None,
+    )?;
+    let mut theirs = None;
+    let what =
+        crate::api::stall::Wait::call("rpipe_open", Some(peer), "the peer's matching rpipe_open");
+    ctx.wait_for(what, || {
+        theirs = ctx.rpipe.hellos.lock().remove(&(peer, k));
+        Ok(theirs.is_some())
+    })?;
+    Ok(theirs.expect("waited for it"))
 }
 
 /// Check the peer's HELLO against ours. Both ends run the same checks.
