@@ -232,14 +232,15 @@ impl Rx {
         Self::unit_words(off, ext).any(|(w, m)| self.held_units[w] & m != 0)
     }
 
+    /// Unit `u`'s word and bit in a bitmap.
+    fn bit(u: usize) -> (usize, u64) {
+        (u / 64, 1 << (u % 64))
+    }
+
     /// Whether a held message starts at `off`.
     fn holds(&self, off: usize) -> bool {
-        let u = off / UNIT;
-        off % UNIT == 0
-            && self
-                .starts
-                .get(u / 64)
-                .is_some_and(|w| w & 1 << (u % 64) != 0)
+        let (w, b) = Self::bit(off / UNIT);
+        off % UNIT == 0 && self.starts.get(w).is_some_and(|s| s & b != 0)
     }
 
     /// Hold the message at `off` (its units are free: checked by the caller).
@@ -248,8 +249,8 @@ impl Rx {
             debug_assert_eq!(self.held_units[w] & m, 0);
             self.held_units[w] |= m;
         }
-        let u = off / UNIT;
-        self.starts[u / 64] |= 1 << (u % 64);
+        let (w, b) = Self::bit(off / UNIT);
+        self.starts[w] |= b;
         self.held += 1;
     }
 
@@ -279,7 +280,8 @@ impl Rx {
             debug_assert_eq!(self.held_units[w] & m, m);
             self.held_units[w] &= !m;
         }
-        self.starts[u / 64] &= !(1 << (u % 64));
+        let (w, b) = Self::bit(u);
+        self.starts[w] &= !b;
         self.held -= 1;
         true
     }
