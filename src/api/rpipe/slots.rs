@@ -72,7 +72,9 @@ pub fn inline_parts(len: usize) -> [(usize, usize, usize); 2] {
 /// words are stored), `src` is valid for `len` <= [`INLINE_MAX`] bytes.
 #[inline]
 pub unsafe fn inline_in(slot: usize, src: *const u8, len: usize) {
-    for (at, from, n) in inline_parts(len) {
+    // The second piece only when there is one: each copy of a length known only at
+    // run time is a call to `memcpy`, and small messages are the common case.
+    for (at, from, n) in inline_parts(len).into_iter().filter(|p| p.2 > 0) {
         // SAFETY: the caller's contract; the pieces lie inside the slot and `src`.
         unsafe { std::ptr::copy_nonoverlapping(src.add(from), (slot + at) as *mut u8, n) };
     }
@@ -85,7 +87,7 @@ pub unsafe fn inline_in(slot: usize, src: *const u8, len: usize) {
 /// with [`load`], so the bytes are visible); `dst` is valid for `len` bytes.
 #[inline]
 pub unsafe fn inline_out(slot: usize, dst: *mut u8, len: usize) {
-    for (at, to, n) in inline_parts(len) {
+    for (at, to, n) in inline_parts(len).into_iter().filter(|p| p.2 > 0) {
         // SAFETY: the caller's contract; the pieces lie inside the slot and `dst`.
         unsafe { std::ptr::copy_nonoverlapping((slot + at) as *const u8, dst.add(to), n) };
     }
