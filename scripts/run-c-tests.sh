@@ -120,6 +120,7 @@ extra test_rpipe 3 -
 extra test_thread_level 4 - FH_SHM=0
 extra test_rpipe_close_order 8 - FH_SHM=0
 extra test_rpipe_ring 8 - FH_SHM=0
+extra test_rpipe_inline 4 - FH_SHM=0
 extra test_ring 4 - FH_SHM=0
 extra test_firehose 2 - FH_SHM=0 "${SMALL[@]}"
 # Atomics and locks: every operation an MPI compare-and-swap (the mixed-operation
