@@ -6,9 +6,10 @@
  * message of every size in SIZES (0 to 1000 bytes: around 48, 64 and 112 and past
  * them), then read the peer's, holding every message of the round until all are read
  * and checked byte for byte, then free them in a shuffled order. The pipe's notice
- * ring has 256 slots, so it wraps 4 times while messages are held. (At 4 KiB the
- * writer of round r + 1 can find no 1000-byte gap between its own unread messages
- * and round r's not yet freed: the library then reports a stalled rpipe_rmalloc.)
+ * ring has 256 slots, so it wraps 4 times while messages are held. (At 4 KiB a round
+ * (2944 bytes of extents) does not fit beside the previous one, which the peer frees
+ * only after writing its own next round: both writers wait in rpipe_rmalloc, and the
+ * library reports the stall after FH_STALL_WARN seconds.)
  * Run: mpirun -np 2|4|8 test_rpipe_inline */
 #include "common.h"
 
