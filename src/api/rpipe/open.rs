@@ -115,8 +115,8 @@ pub fn open(ctx: &Arc<CtxInner>, peer: i64, spec: Spec) -> Result<Arc<Pipe>> {
 /// a valid peer, the handshake still runs (marked failed) so the peer fails too
 /// instead of waiting forever, and the two ends' open counts stay paired. A problem
 /// found at any stage (parse, check, heap allocation) is carried in `problem` until
-/// the HELLO is out; the blocks reserved so far are freed on every failure
-/// ([`Reserved`]).
+/// the HELLO is out; the blocks reserved so far are freed on every failure the peer
+/// fails too, and kept on the others ([`Reserved`]).
 pub fn open_checked(ctx: &Arc<CtxInner>, peer: i64, spec: Result<Spec>) -> Result<Arc<Pipe>> {
     ctx.check_live()?;
     am::check_not_in_handler("rpipe_open")?;
@@ -142,17 +142,22 @@ pub fn open_checked(ctx: &Arc<CtxInner>, peer: i64, spec: Result<Spec>) -> Resul
         ),
     };
     let shape = Shape::new(spec.width);
-    let mine = Reserved::new(ctx, peer, &spec, &shape, &mut problem);
+    let mut mine = Reserved::new(ctx, peer, &spec, &shape, &mut problem);
     let k = {
         let mut n = ctx.rpipe.next.lock();
         let e = n.entry(peer).or_insert(0);
         *e += 1;
         *e
     };
-    let t = hello(ctx, peer, k, &spec, problem.is_none(), &mine)?;
+    let t = hello(ctx, peer, k, &spec, problem.is_none(), &mut mine)?;
     // The peer's BYEs for pipes we closed earlier came before this HELLO.
     sweep(ctx)?;
-    problem.map_or_else(|| agree(ctx, peer, &spec, &shape, &t), Err)?;
+    // Both ends run the same checks on the same two HELLOs: a refusal here is the
+    // peer's too, so it will not use our blocks.
+    if let Err(e) = problem.map_or_else(|| agree(ctx, peer, &spec, &shape, &t), Err) {
+        mine.promised = false;
+        return Err(e);
+    }
     let ends = Ends {
         tx: spec.role.writes().then_some((mine.outbox, t[6] as usize)),
         rx: spec.role.reads().then_some((mine.inbox, t[7] as usize)),
@@ -178,11 +183,17 @@ pub fn open_checked(ctx: &Arc<CtxInner>, peer: i64, spec: Result<Spec>) -> Resul
     Ok(pipe)
 }
 
-/// This end's heap blocks while its open is under way: freed if the open fails
-/// (dropped), handed to the pipe once it succeeds ([`Reserved::keep`]).
+/// This end's heap blocks while its open is under way: handed to the pipe once it
+/// succeeds ([`Reserved::keep`]), freed if it fails (dropped) unless `promised`.
 struct Reserved<'a> {
     ctx: &'a CtxInner,
     blocks: Vec<usize>,
+    /// Our HELLO said this end is ready and the peer's verdict is not known: the peer
+    /// may open its end and write into our inbox or read our outbox whatever happens
+    /// here, so a failure of ours (the wait for its HELLO given up, a sweep refused)
+    /// leaves the blocks allocated (the heap goes at finalize) instead of letting
+    /// the heap hand them out again under the peer's pipe.
+    promised: bool,
     /// The reader's inbox (0: this end does not read, or it could not be had).
     inbox: usize,
     /// The writer's outbox (0 likewise).
@@ -203,6 +214,7 @@ impl<'a> Reserved<'a> {
         let mut r = Reserved {
             ctx,
             blocks: Vec::new(),
+            promised: false,
             inbox: 0,
             outbox: 0,
         };
@@ -258,6 +270,9 @@ impl<'a> Reserved<'a> {
 
 impl Drop for Reserved<'_> {
     fn drop(&mut self) {
+        if self.promised {
+            return;
+        }
         for &b in &self.blocks {
             let _ = self.ctx.heap.free(b);
         }
@@ -265,14 +280,15 @@ impl Drop for Reserved<'_> {
 }
 
 /// Send our HELLO for the `k`-th open with `peer` (`ok`: this end's arguments and
-/// blocks are fine) and wait for the peer's.
+/// blocks are fine; `mine` is promised to the peer once it is out) and wait for
+/// the peer's.
 fn hello(
     ctx: &CtxInner,
     peer: usize,
     k: u64,
     spec: &Spec,
     ok: bool,
-    mine: &Reserved,
+    mine: &mut Reserved,
 ) -> Result<[u64; HELLO_ARGS]> {
     let flags = spec.duplex as u64 | ((spec.transfer == Transfer::Pull) as u64) << 1;
     let args = [
@@ -293,6 +309,7 @@ fn hello(
         &[],
         None,
     )?;
+    mine.promised = ok;
     let mut theirs = None;
     let what =
         crate::api::stall::Wait::call("rpipe_open", Some(peer), "the peer's matching rpipe_open");
