@@ -317,8 +317,8 @@ impl Backoff {
 /// before the futex call) doubles the extra yields, up to [`Patience::MAX`], and a
 /// real one takes back as much: jobs whose waits end within a few yields stop
 /// announcing, jobs whose waiters need the cores (4x oversubscribed) keep sleeping
-/// early, and waits that alternate stay where they are (below the cap). Threads waiting at once may
-/// lose each other's updates: it is a hint, never a guarantee.
+/// early, and waits that alternate stay where they are (below the cap). Threads
+/// waiting at once may lose each other's updates: it is a hint, never a guarantee.
 #[derive(Default)]
 pub struct Patience(AtomicU32);
 
