@@ -69,12 +69,19 @@ impl Heap {
         let need = nbytes.div_ceil(ALIGN) * ALIGN;
         let mut g = self.inner.lock();
         let Some((&off, &flen)) = g.free.iter().find(|(_, &l)| l >= need) else {
+            // Say how the free space lies: first fit can leave it in pieces that are
+            // each too short while their sum is not.
+            let largest = g.free.values().copied().max().unwrap_or(0);
             bail!(
                 NoMemory,
-                "no free block of {} bytes in the {}-byte heap ({} in use; raise FH_HEAP_SIZE)",
+                "no free block of {} bytes in the {}-byte heap ({} in use, {} free in {} \
+                 piece(s), the largest {} bytes; raise FH_HEAP_SIZE)",
                 need,
                 self.len,
-                g.in_use
+                g.in_use,
+                self.len - g.in_use,
+                g.free.len(),
+                largest
             );
         };
         g.free.remove(&off);
@@ -195,6 +202,23 @@ mod tests {
         h.free(b).unwrap();
         assert_eq!(h.in_use(), 0);
         assert_eq!(h.alloc(1024).unwrap(), 4096, "fully coalesced");
+    }
+
+    /// A refusal says how the free space lies when its pieces are each too short.
+    #[test]
+    fn refusal_names_the_largest_free_piece() {
+        let h = Heap::new(4096, 1024);
+        let a = h.alloc(320).unwrap();
+        let _b = h.alloc(64).unwrap();
+        h.free(a).unwrap();
+        // Free: 320 bytes before the live block, 640 after it.
+        let e = h.alloc(900).unwrap_err();
+        assert!(
+            e.msg
+                .contains("64 in use, 960 free in 2 piece(s), the largest 640 bytes"),
+            "{}",
+            e.msg
+        );
     }
 
     #[test]
