@@ -275,10 +275,6 @@ pub struct Backoff {
 }
 
 impl Backoff {
-    pub fn new(p: Policy) -> Backoff {
-        Backoff::patient(p, 0)
-    }
-
     /// A wait whose yield stage lasts `extra` tests longer ([`Patience::extra`]).
     pub fn patient(p: Policy, extra: u32) -> Backoff {
         Backoff { tests: 0, p, extra }
@@ -296,11 +292,6 @@ impl Backoff {
         } else {
             Stage::Sleep
         }
-    }
-
-    /// Start over (the wait saw progress: what it waits for is moving).
-    pub fn reset(&mut self) {
-        self.tests = 0;
     }
 }
 
@@ -361,7 +352,7 @@ mod tests {
     #[test]
     fn stages_in_order() {
         let p = CROWDED;
-        let mut b = Backoff::new(p);
+        let mut b = Backoff::patient(p, 0);
         let s: Vec<Stage> = (0..p.spin + p.yields + 2).map(|_| b.step()).collect();
         assert!(s[..p.spin as usize].iter().all(|&x| x == Stage::Spin));
         assert!(s[p.spin as usize..(p.spin + p.yields) as usize]
@@ -370,7 +361,7 @@ mod tests {
         assert_eq!(s[(p.spin + p.yields) as usize], Stage::Sleep);
         assert_eq!(Policy::for_node(2, 2), DEDICATED);
         assert_eq!(Policy::for_node(8, 2), CROWDED);
-        b.reset();
+        b = Backoff::patient(p, 0);
         assert_eq!(b.step(), Stage::Spin);
     }
 

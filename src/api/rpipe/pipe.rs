@@ -751,7 +751,7 @@ impl Pipe {
                     };
                     // The staged bytes into the slot's inline area, around its words
                     // (the peer's ring, checked at open).
-                    for (at, from, n) in slots::inline_parts(len).into_iter().filter(|p| p.2 > 0) {
+                    for (at, from, n) in slots::inline_parts(len) {
                         put(slot + at, (stage + from) as *const u8, n)?;
                     }
                     // As for any data: complete before the words leave.

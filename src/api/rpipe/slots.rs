@@ -56,13 +56,17 @@ pub const INLINE_MAX: usize = HEAD_INLINE + SLOT_BYTES - TAIL_AT;
 /// Offset of the two words in a slot.
 pub const WORDS_AT: usize = HEAD_INLINE;
 
-/// Where `len` (at most [`INLINE_MAX`]) inline bytes lie in a slot: two pieces of
-/// `(offset in the slot, offset in the data, bytes)`, the second empty up to 48.
+/// Where `len` (at most [`INLINE_MAX`]) inline bytes lie in a slot: the non-empty
+/// pieces of `(offset in the slot, offset in the data, bytes)`, one up to 48 bytes.
+/// (Empty pieces are left out: each copy of a length known only at run time is a
+/// call to `memcpy`, and small messages are the common case.)
 #[inline]
-pub fn inline_parts(len: usize) -> [(usize, usize, usize); 2] {
+pub fn inline_parts(len: usize) -> impl Iterator<Item = (usize, usize, usize)> {
     debug_assert!(len <= INLINE_MAX);
     let head = len.min(HEAD_INLINE);
     [(0, 0, head), (TAIL_AT, HEAD_INLINE, len - head)]
+        .into_iter()
+        .filter(|p| p.2 > 0)
 }
 
 /// Copy `len` inline bytes from `src` into the slot at `slot`.
@@ -72,9 +76,7 @@ pub fn inline_parts(len: usize) -> [(usize, usize, usize); 2] {
 /// words are stored), `src` is valid for `len` <= [`INLINE_MAX`] bytes.
 #[inline]
 pub unsafe fn inline_in(slot: usize, src: *const u8, len: usize) {
-    // The second piece only when there is one: each copy of a length known only at
-    // run time is a call to `memcpy`, and small messages are the common case.
-    for (at, from, n) in inline_parts(len).into_iter().filter(|p| p.2 > 0) {
+    for (at, from, n) in inline_parts(len) {
         // SAFETY: the caller's contract; the pieces lie inside the slot and `src`.
         unsafe { std::ptr::copy_nonoverlapping(src.add(from), (slot + at) as *mut u8, n) };
     }
@@ -87,7 +89,7 @@ pub unsafe fn inline_in(slot: usize, src: *const u8, len: usize) {
 /// with [`load`], so the bytes are visible); `dst` is valid for `len` bytes.
 #[inline]
 pub unsafe fn inline_out(slot: usize, dst: *mut u8, len: usize) {
-    for (at, to, n) in inline_parts(len).into_iter().filter(|p| p.2 > 0) {
+    for (at, to, n) in inline_parts(len) {
         // SAFETY: the caller's contract; the pieces lie inside the slot and `dst`.
         unsafe { std::ptr::copy_nonoverlapping((slot + at) as *const u8, dst.add(to), n) };
     }
