@@ -2016,7 +2016,10 @@ int fh_get(struct fh_ctx_t *ctx, void *dst, int rank, const void *src, size_t nb
 
 /**
  * Non-blocking put: `src` must not change until the handle is synced (fh_wait,
- * fh_test, ...). Writes `*h_out` (FH_HANDLE_NULL for nbytes 0).
+ * fh_test, ...). Writes `*h_out` (FH_HANDLE_NULL for nbytes 0). Errors as fh_put,
+ * except that a refusal only the target can make (memory of an off-node peer, or of
+ * any peer with FH_SHM=0, that is not yet pinned) is FH_OK here and FH_ERR_ACCESS
+ * from the handle's completion; nothing is written either way.
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
@@ -2028,7 +2031,8 @@ int fh_put_nb(struct fh_ctx_t *ctx,
               fh_handle_t *h_out);
 
 /**
- * Non-blocking get: `dst` is valid once the handle is synced.
+ * Non-blocking get: `dst` is valid once the handle is synced. Errors as
+ * fh_put_nb.
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
@@ -2041,7 +2045,8 @@ int fh_get_nb(struct fh_ctx_t *ctx,
 
 /**
  * Implicit-handle put, completed by fh_wait_nbi(FH_NBI_PUTS) / fh_test_nbi, or by the
- * handle of the access region it was issued in.
+ * handle of the access region it was issued in. A refusal only the target can make
+ * (see fh_put_nb) is reported by that completion.
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */
@@ -2049,7 +2054,8 @@ int fh_put_nbi(struct fh_ctx_t *ctx, int rank, void *dst, const void *src, size_
 
 /**
  * Implicit-handle get, completed by fh_wait_nbi(FH_NBI_GETS) / fh_test_nbi, or by the
- * handle of the access region it was issued in.
+ * handle of the access region it was issued in. A refusal only the target can make
+ * (see fh_put_nb) is reported by that completion.
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers.
  */

@@ -71,6 +71,9 @@ extra test_heap_grow 4 - FH_SHM_MAX_RANKS=2
 extra test_local_addr 4 - FH_SHM=0
 extra test_local_addr 8 - FH_SHM_MAX_RANKS=2
 extra test_local_addr 4 - FH_HEAP_SIZE=4M
+# Misuse and refused accesses through the off-node path: a non-blocking access to a
+# peer's unmapped page is refused by its completion there, by the call on the node.
+extra test_errors 4 - FH_SHM=0
 # Notify counters and word locks through MPI RMA (the off-node path).
 extra test_signal 4 - FH_SHM=0
 # Barriers and small collectives under skew at every rank count from 2 to 8 (2, 4
