@@ -4,7 +4,13 @@
 //! Guarantees: allocations are 64-byte aligned (cache line; fine for atomics), lie
 //! inside the always-registered heap or one of its segments, never overlap; freeing
 //! coalesces neighbours; freeing something that is not a live allocation is refused,
-//! not corrupting. First fit over an address-ordered free list: simple and predictable.
+//! not corrupting. Placement over an address-ordered free list, by size: a block
+//! smaller than [`LARGE`] takes the lowest free block that fits (first fit), a larger
+//! one the highest, carved from its top end. Small blocks made while large ones come
+//! and go (a pipe's ring, a registration table, a user's buffer) then collect at the
+//! bottom instead of landing in the hole a large block left, where they would split
+//! the space the next large block needs: a heap with room for two large blocks in
+//! total must not refuse the second because a few small ones sit between the halves.
 //!
 //! Segments (issue 18): when the first region (`FH_HEAP_SIZE`) has no room, `fh_malloc`
 //! maps a new one of at least that size and registers it as `fh_mem_register` would
@@ -22,6 +28,9 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 
 pub const ALIGN: usize = 64;
+
+/// Blocks of this many bytes or more are placed from the top of the heap.
+const LARGE: usize = 256 << 10;
 
 struct Inner {
     /// Free blocks: offset -> length. Invariant: disjoint, non-adjacent (coalesced).
@@ -68,7 +77,12 @@ impl Heap {
         }
         let need = nbytes.div_ceil(ALIGN) * ALIGN;
         let mut g = self.inner.lock();
-        let Some((&off, &flen)) = g.free.iter().find(|(_, &l)| l >= need) else {
+        let fits = |(_, &l): &(&usize, &usize)| l >= need;
+        let found = match need >= LARGE {
+            false => g.free.iter().find(fits),
+            true => g.free.iter().rev().find(fits),
+        };
+        let Some((&off, &flen)) = found else {
             // Say how the free space lies: first fit can leave it in pieces that are
             // each too short while their sum is not.
             let largest = g.free.values().copied().max().unwrap_or(0);
@@ -84,13 +98,27 @@ impl Heap {
                 largest
             );
         };
-        g.free.remove(&off);
-        if flen > need {
-            g.free.insert(off + need, flen - need);
-        }
-        g.live.insert(off, need);
+        // A small block takes the free block's start, a large one its end.
+        let at = match need >= LARGE {
+            false => {
+                g.free.remove(&off);
+                if flen > need {
+                    g.free.insert(off + need, flen - need);
+                }
+                off
+            }
+            true if flen > need => {
+                g.free.insert(off, flen - need);
+                off + flen - need
+            }
+            true => {
+                g.free.remove(&off);
+                off
+            }
+        };
+        g.live.insert(at, need);
         g.in_use += need;
-        Ok(self.base + off)
+        Ok(self.base + at)
     }
 
     pub fn free(&self, addr: usize) -> Result<()> {
@@ -221,6 +249,34 @@ mod tests {
         );
     }
 
+    /// A small block made while the middle one of three large blocks is free lands
+    /// below them all, so the two large blocks that fit in the total fit again once
+    /// the others are gone (first fit put it in the hole and left two pieces each a
+    /// little short).
+    #[test]
+    fn small_blocks_do_not_split_the_room_of_large_ones() {
+        const MIB: usize = 1 << 20;
+        let h = Heap::new(1 << 30, 32 * MIB);
+        let (a, b, c) = (
+            h.alloc(10 * MIB).unwrap(),
+            h.alloc(10 * MIB).unwrap(),
+            h.alloc(10 * MIB).unwrap(),
+        );
+        assert_eq!(
+            (a, b, c),
+            (h.base + 22 * MIB, h.base + 12 * MIB, h.base + 2 * MIB)
+        );
+        h.free(b).unwrap();
+        let s = h.alloc(4096).unwrap();
+        assert_eq!(s, h.base, "a small block goes to the bottom");
+        h.free(a).unwrap();
+        h.free(c).unwrap();
+        let (x, y) = (h.alloc(15 * MIB).unwrap(), h.alloc(15 * MIB).unwrap());
+        assert!(x.max(y) >= x.min(y) + 15 * MIB && x.min(y) >= s + 4096);
+        assert!(h.alloc(2 * MIB).is_err(), "30 MiB + 4 KiB of 32 MiB in use");
+        assert!(h.alloc(MIB).is_ok(), "the rest is one piece");
+    }
+
     #[test]
     fn segments_allocate_free_and_refuse_strangers() {
         let s = Segments::default();
@@ -242,12 +298,13 @@ mod tests {
 
     proptest! {
         #[test]
-        fn random_alloc_free_keeps_blocks_disjoint(ops in proptest::collection::vec((any::<bool>(), 1usize..300), 1..200)) {
-            let h = Heap::new(1 << 20, 16384);
+        fn random_alloc_free_keeps_blocks_disjoint(ops in proptest::collection::vec((any::<bool>(), prop_oneof![1usize..300, LARGE..3 * LARGE]), 1..200)) {
+            let h = Heap::new(1 << 30, 8 * LARGE);
             let mut live: Vec<(usize, usize)> = Vec::new();
             for (alloc, n) in ops {
                 if alloc || live.is_empty() {
                     if let Ok(a) = h.alloc(n) {
+                        prop_assert!(h.contains(a, n) && a % ALIGN == 0);
                         for &(b, m) in &live {
                             prop_assert!(a + n <= b || b + m <= a, "overlap");
                         }
@@ -260,7 +317,7 @@ mod tests {
             }
             for (a, _) in live { h.free(a).unwrap(); }
             prop_assert_eq!(h.in_use(), 0);
-            prop_assert!(h.alloc(16384).is_ok());
+            prop_assert!(h.alloc(8 * LARGE).is_ok(), "fully coalesced");
         }
     }
 }
