@@ -1,5 +1,5 @@
 //! Maps keyed by offsets into a pipe's inbox, with a hasher of one multiplication
-//! (the allocator's live set; the reader's held messages are bitmaps in `pipe.rs`).
+//! (the allocator's live set; the reader's held messages are bitmaps in `pipe/read.rs`).
 //!
 //! Guarantees: every bit of the offset reaches the low bits the table indexes by, so
 //! offsets that are multiples of a cache line spread over the buckets.

@@ -37,7 +37,7 @@
 //!   move at least aligned 8-byte units).
 //! - **Overrun.** The producer never writes record `s` before the consumer has
 //!   finished with record `s - n`; each ring's owner enforces that with its own
-//!   credit rule (see `pipe.rs`).
+//!   credit rule (see `pipe/write.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
