@@ -153,6 +153,10 @@ pub struct LocalTable {
     trimmed: bool,
     /// References dropped and units removed so far (see `PeerTable::releases`).
     pub releases: u64,
+    /// Ranges a local thread is invalidating (`quiesce`): moves meeting them park
+    /// until it ends, so holders it told to forget them cannot take new firehoses
+    /// there meanwhile and keep its rounds going for as long as they access.
+    quiescing: Vec<(usize, usize)>,
 }
 
 impl LocalTable {
@@ -166,6 +170,7 @@ impl LocalTable {
             counts: LocalCounts::default(),
             trimmed: true,
             releases: 0,
+            quiescing: Vec::new(),
         }
     }
 
@@ -448,6 +453,28 @@ impl LocalTable {
             .rev()
             .take_while(|(_, u)| u.end > a)
             .any(|(_, u)| u.pinning)
+    }
+
+    /// A local thread starts invalidating `[a, b)`: moves that meet it park
+    /// ([`Self::must_park`]) until the matching [`Self::end_quiesce`].
+    pub fn begin_quiesce(&mut self, a: usize, b: usize) {
+        debug_assert!(a < b);
+        self.quiescing.push((a, b));
+    }
+
+    /// The invalidation of `[a, b)` that [`Self::begin_quiesce`] started is over.
+    pub fn end_quiesce(&mut self, a: usize, b: usize) {
+        let i = self.quiescing.iter().position(|&r| r == (a, b));
+        debug_assert!(i.is_some(), "end_quiesce of [{a:#x}, {b:#x}) never begun");
+        if let Some(i) = i {
+            self.quiescing.swap_remove(i);
+        }
+    }
+
+    /// Must a move piece `[a, b)` wait: does it meet a unit being pinned here, or a
+    /// range being invalidated?
+    pub fn must_park(&self, a: usize, b: usize) -> bool {
+        self.any_pinning(a, b) || self.quiescing.iter().any(|&(s, e)| s < b && a < e)
     }
 
     /// A peer's move asks for `[a, b)` (one granule piece): reference (pinning where

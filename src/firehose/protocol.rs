@@ -9,8 +9,9 @@
 //! before it is pinned; a carried put is written through the kernel, so unwritable
 //! memory is an `FH_ERR_ACCESS` answer, never a fault; a frame that does not decode
 //! is refused, never dropped (the mover waits for an answer); the handler never
-//! waits: a move meeting a unit a local thread is pinning is parked, and
-//! [`drain_parked`] runs it again once that pin is done.
+//! waits: a move meeting a unit a local thread is pinning, or a range it is
+//! invalidating, is parked, and [`drain_parked`] runs it again once that pin or
+//! invalidation is done.
 //!
 //! Guarantees (initiator, [`process_answer`]): an answer nobody waits for is
 //! ignored; units granted before an invalidation this rank already obeyed are not
@@ -55,10 +56,11 @@ pub fn process_move(
     let epoch = host.invalidation_epoch();
     let granted = {
         let mut l = fh.local.lock();
-        if req.pins.iter().any(|&(a, b)| b > a && l.any_pinning(a, b)) {
-            // A piece meets a unit a local thread is pinning: park the move (handlers
-            // never wait). Parked under the table lock, so the pinning thread, which
-            // finishes under it too, sees it when it drains the queue after its pin.
+        if req.pins.iter().any(|&(a, b)| b > a && l.must_park(a, b)) {
+            // A piece meets a unit a local thread is pinning, or a range it is
+            // invalidating: park the move (handlers never wait). Parked under the
+            // table lock, so that thread, which finishes under it too, sees it when
+            // it drains the queue after its pin or invalidation.
             fh.parked.lock().push(ParkedMove {
                 src,
                 args: args.to_vec(),
