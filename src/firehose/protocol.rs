@@ -409,6 +409,44 @@ mod tests {
         unmap(b);
     }
 
+    /// A move meeting a range a local thread is invalidating parks (no answer, no
+    /// pin) until the invalidation ends; a move elsewhere is answered meanwhile.
+    #[test]
+    fn moves_meeting_a_range_being_invalidated_park() {
+        let h = host(0);
+        let pg = os::page_size();
+        let b = pages();
+        h.fh.local.lock().begin_quiesce(b, b + pg);
+        let (a, p) = req(vec![(b + 8, b + 16)], true, Carried::None, &[]).encode();
+        let answered = RefCell::new(false);
+        let ran = process_move(&h, 1, &a, &p, &|_, _| *answered.borrow_mut() = true);
+        assert!(!ran && !*answered.borrow(), "parked, not answered");
+        assert_eq!(h.fh.parked.lock().len(), 1);
+        assert!(h.pinned.borrow().is_empty(), "nothing pinned while parked");
+        let ro = b + pg;
+        let (st, _, _) = ask(&h, &req(vec![(ro, ro + 8)], false, Carried::None, &[]));
+        assert_eq!(st, Status::Ok.code(), "the next page is served meanwhile");
+        h.fh.local.lock().end_quiesce(b, b + pg);
+        let pm = h.fh.parked.lock().pop().expect("still parked");
+        let (st, granted, _) = {
+            let out = RefCell::new(None);
+            assert!(process_move(
+                &h,
+                1,
+                &pm.args,
+                &pm.payload,
+                &|args, payload| {
+                    let ans = MoveAnswer::decode(args, payload).expect("decodes");
+                    *out.borrow_mut() = Some((ans.status, ans.granted.clone(), ans.carried_done));
+                }
+            ));
+            out.into_inner()
+                .expect("answered once the invalidation ended")
+        };
+        assert_eq!((st, granted.len()), (Status::Ok.code(), 1));
+        unmap(b);
+    }
+
     #[test]
     fn a_frame_that_does_not_decode_is_refused_not_dropped() {
         let h = host(0);
