@@ -107,7 +107,13 @@ impl MpiConduit {
 
     #[inline]
     pub(super) fn pid_for_copy(&self, rank: usize) -> Option<i32> {
-        match self.cma.get(rank) {
+        self.peer_pid(rank).filter(|_| self.cma)
+    }
+
+    /// The process id of node peer `rank` when this rank reaches it through the
+    /// kernel (with or without `FH_CMA`).
+    pub(super) fn peer_pid(&self, rank: usize) -> Option<i32> {
+        match self.pids.get(rank) {
             Some(&p) if p != 0 => Some(p),
             _ => None,
         }
@@ -176,7 +182,7 @@ impl MpiConduit {
     /// True when `rank` is a process of this node that no longer exists (only
     /// known for node peers reached with the single copy; others: false).
     pub fn peer_exited(&self, rank: usize) -> bool {
-        let Some(pid) = self.pid_for_copy(rank) else {
+        let Some(pid) = self.peer_pid(rank) else {
             return false;
         };
         // SAFETY: signal 0 only checks that the process exists; nothing is sent.

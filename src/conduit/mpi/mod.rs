@@ -115,9 +115,12 @@ pub struct MpiConduit {
     /// Per rank: where its library heap appears in *our* address space when it is on
     /// this node and mapped here (puts/gets to it are then plain copies).
     peer_heaps: Vec<Option<usize>>,
-    /// Per rank: its process id when it is a node peer we reach with the kernel's
-    /// single copy (`process_vm_readv`/`writev`), else 0.
-    cma: Vec<i32>,
+    /// Per rank: its process id when it is a node peer this rank reaches through
+    /// the kernel (probed with `process_vm_readv` at start-up), else 0.
+    pids: Vec<i32>,
+    /// The single copy carries puts and gets (`FH_CMA`); without it, `pids` serve
+    /// only to map peers' heap segments and to tell a peer that exited.
+    cma: bool,
     /// Node peers' *any* address goes through the single copy (needs `FH_SHM`: with
     /// `FH_SHM=0` firehose serves every peer and the single copy only carries the
     /// bytes of dynamic-window accesses, where it is checked and MPI's is not).

@@ -197,7 +197,7 @@ impl MpiConduit {
     pub(super) fn seg_view(&self, rank: usize, raddr: usize, len: usize) -> Option<usize> {
         let s = self.segs.as_ref()?;
         let heap = (*self.peer_heaps.get(rank)?)?;
-        let pid = self.pid_for_copy(rank)?;
+        let pid = self.peer_pid(rank)?;
         let dir = heap + self.remote_heaps[rank].1 + s.after_heap;
         s.view(rank, pid, dir, raddr, len)
     }

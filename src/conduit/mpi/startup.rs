@@ -246,8 +246,11 @@ fn exchange(heap: &LibHeap, rma: ffi::MPI_Comm, size: usize) -> Result<Exchange>
     })
 }
 
-/// Whether node peers use the kernel's single copy (per-rank pids; 0: no), whether
-/// any does for memory outside the heap, and `fh_config_print`'s line.
+/// Which node peers this rank reaches through the kernel (per-rank pids; 0: no),
+/// whether any address of theirs goes through its single copy, and
+/// `fh_config_print`'s line. The node probes even with `FH_CMA=0` when its heaps
+/// are shared: mapping a peer's heap segment through `/proc/<pid>/fd` needs the
+/// same permission, and `FH_CMA` is about memory outside the library heap.
 fn decide_kernel_copy(
     cfg: &Config,
     windows: bool,
@@ -257,19 +260,24 @@ fn decide_kernel_copy(
     shared: bool,
 ) -> (Vec<i32>, bool, String) {
     let size = ex.remote_heaps.len();
-    let (cma, mut note) = if cfg.cma && windows {
+    let (pids, mut note) = if windows && (cfg.cma || shared) {
         single_copy_peers(rma, rank, &ex.all)
     } else {
-        (vec![0; size], "off (FH_CMA=0)".into())
+        (vec![0; size], String::new())
     };
-    let any = shared && cma.iter().any(|&p| p != 0);
-    if !any && cma.iter().any(|&p| p != 0) {
+    let reached = pids.iter().any(|&p| p != 0);
+    if !cfg.cma {
+        note = match reached && shared {
+            true => "off (FH_CMA=0); node peers still map each other's heap segments".into(),
+            false => "off (FH_CMA=0)".into(),
+        };
+    } else if reached && !shared {
         note = format!(
             "{}; without node-shared heaps (FH_SHM=0) only firehose-pinned and registered memory is copied this way, after firehose made it accessible",
             note
         );
     }
-    (cma, any, note)
+    (pids, cfg.cma && shared && reached, note)
 }
 
 impl MpiConduit {
@@ -308,7 +316,7 @@ impl MpiConduit {
             }
         };
         let ex = exchange(&heap, comms.rma, size)?;
-        let (cma, cma_any, cma_note) =
+        let (pids, cma_any, cma_note) =
             decide_kernel_copy(cfg, windows, comms.rma, rank, &ex, heap.shm.is_some());
         // Open MPI's dynamic windows hold a fixed number of attachments.
         let attach_cap = (boot::BUILT_FOR == "openmpi")
@@ -334,7 +342,7 @@ impl MpiConduit {
         let segs = heap
             .shm
             .as_ref()
-            .filter(|_| cma.iter().any(|&p| p != 0))
+            .filter(|_| pids.iter().any(|&p| p != 0))
             .map(|sh| segs::SharedSegs::new(size, sh.dir_off - sh.len));
         let c = MpiConduit {
             caps: Caps {
@@ -373,7 +381,8 @@ impl MpiConduit {
                     .enumerate()
                     .all(|(r, v)| r == rank || v.is_some()),
             peer_heaps: ex.peer_heaps,
-            cma,
+            pids,
+            cma: cfg.cma,
             cma_any,
             cma_note,
             guess: (0..GUESS_SLOTS).map(|_| AtomicU64::new(0)).collect(),
