@@ -228,6 +228,8 @@ extra test_churn 8 - FH_CMA=0
 extra test_misuse_np2 2 - FH_SHM=0
 extra test_coll_mismatch 4 - FH_SHM=0
 extra test_shutdown 4 - FH_SHM=0
+# The MPI barrier: a rank's fh_finalize must not complete its peers' barriers.
+extra test_shutdown 8 - FH_BARRIER=mpi
 
 echo "c-tests ($MPI)"
 echo "c-tests: $pass passed, $fail failed"

@@ -106,6 +106,8 @@ pub struct MpiConduit {
     rma_comm: H<ffi::MPI_Comm>,
     /// Barriers the interposed `MPI_Win_fence`/`MPI_Finalize` add (`interop`).
     prog_comm: H<ffi::MPI_Comm>,
+    /// The transport barrier's reductions (`max3`), alone (see `startup::Comms`).
+    sync_comm: H<ffi::MPI_Comm>,
     /// The library heap `(base, len)`: page-aligned, inside `heap_map` or `shm`.
     heap_at: (usize, usize),
     /// The heap's memory when it is a private mapping (no node sharing).

@@ -390,7 +390,7 @@ impl MpiConduit {
                 3,
                 ffi::RSMPI_UINT64_T,
                 ffi::RSMPI_MAX,
-                self.am_comm.0,
+                self.sync_comm.0,
                 &mut req,
             )
         };

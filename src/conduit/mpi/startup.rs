@@ -26,18 +26,23 @@ pub(super) fn reg_share(cap: usize) -> usize {
     (cap / 4).clamp(1, REG_SHARE)
 }
 
-/// The three private duplicates of the application's communicator: AM frames, the
-/// windows, and the interposed calls' own barriers (`interop`).
+/// The four private duplicates of the application's communicator: AM frames (and
+/// `fh_finalize`'s barrier), the windows, the interposed calls' own barriers
+/// (`interop`), and the transport barrier's reductions (`max3`). The last is alone
+/// on its own so that no other collective of the library can match a pending one:
+/// a rank's `fh_finalize` completed its peers' `FH_BARRIER=mpi` barriers with
+/// `FH_OK` when both were on `am`.
 struct Comms {
     am: ffi::MPI_Comm,
     rma: ffi::MPI_Comm,
     prog: ffi::MPI_Comm,
+    sync: ffi::MPI_Comm,
 }
 
 impl Comms {
     fn dup(comm: ffi::MPI_Comm) -> Result<Comms> {
-        let mut out = Vec::with_capacity(3);
-        for _ in 0..3 {
+        let mut out = Vec::with_capacity(4);
+        for _ in 0..4 {
             // SAFETY: duplicating a communicator the caller validated; the handle is
             // written to a local of the right type.
             let d = unsafe {
@@ -63,6 +68,7 @@ impl Comms {
             am: out[0],
             rma: out[1],
             prog: out[2],
+            sync: out[3],
         })
     }
 
@@ -77,7 +83,7 @@ impl Comms {
     }
 
     fn free(self) {
-        free_comms(vec![self.am, self.rma, self.prog]);
+        free_comms(vec![self.am, self.rma, self.prog, self.sync]);
     }
 }
 
@@ -370,6 +376,7 @@ impl MpiConduit {
             am_comm: H(comms.am),
             rma_comm: H(comms.rma),
             prog_comm: H(comms.prog),
+            sync_comm: H(comms.sync),
             heap_at: heap.at,
             _heap_map: heap.map,
             shm: heap.shm,
@@ -444,6 +451,16 @@ impl MpiConduit {
             for c in [self.am_comm, self.rma_comm, self.prog_comm] {
                 let mut c = c.0;
                 note(check(ffi::MPI_Comm_free(&mut c), || "MPI_Comm_free".into()));
+            }
+            // A transport barrier still pending (a peer finalized instead of joining,
+            // and this rank's wait gave up) never completes: its communicator and
+            // the buffer MPI may still read stay allocated.
+            match self.max3.lock().take() {
+                Some(pending) => std::mem::forget(pending),
+                None => {
+                    let mut c = self.sync_comm.0;
+                    note(check(ffi::MPI_Comm_free(&mut c), || "MPI_Comm_free".into()));
+                }
             }
         }
         if self.heap_locked {
