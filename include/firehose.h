@@ -2139,7 +2139,8 @@ int fh_test_nbi(struct fh_ctx_t *ctx, int which);
  * KiB), plus a free bitmap of one bit per 64 bytes.
  * Errors: FH_ERR_INVALID_ARG (bad or disagreeing arguments: both ends fail, except a
  * NULL pipe_out, refused before the handshake),
- * FH_ERR_BAD_RANK, FH_ERR_NO_MEMORY (library heap full).
+ * FH_ERR_BAD_RANK, FH_ERR_NO_MEMORY (the first FH_HEAP_SIZE bytes of library heap
+ * are full: pipes do not take the segments fh_malloc grows by).
  * Threads: any thread; opens of pipes to the same peer from several threads pair
  * in arrival order, so serialise them. Not from AM handlers (blocks).
  */
