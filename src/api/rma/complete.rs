@@ -43,18 +43,26 @@ impl CtxInner {
                 packs,
             } => return self.test_group(h, &seqs, &deferred, &packs),
         };
-        if !self.rma.is_complete(rank, seq) {
-            crate::api::am::check_not_in_handler("fh_test")?;
-            let r = self.rma.flush_rank(self, rank);
-            if let Err(e) = r {
-                self.rma.retire(h);
-                return Err(e);
-            }
-        }
-        debug_assert!(self.rma.is_complete(rank, seq));
+        self.complete_op(h, rank, seq)?;
         self.rma.retire(h);
         self.maybe_poll();
         Ok(true)
+    }
+
+    /// Complete operation `seq` to `rank`, which handle `h` covers: flush `rank`
+    /// unless an earlier flush did. A failed flush retires `h` (its error is the
+    /// handle's).
+    fn complete_op(&self, h: Handle, rank: usize, seq: u64) -> Result<()> {
+        if self.rma.is_complete(rank, seq) {
+            return Ok(());
+        }
+        crate::api::am::check_not_in_handler("fh_test")?;
+        if let Err(e) = self.rma.flush_rank(self, rank) {
+            self.rma.retire(h);
+            return Err(e);
+        }
+        debug_assert!(self.rma.is_complete(rank, seq));
+        Ok(())
     }
 
     /// `test` of a group handle: every deferred piece issued, then every rank it
@@ -92,15 +100,7 @@ impl CtxInner {
             }
         }
         for (rank, seq) in upto {
-            if self.rma.is_complete(rank, seq) {
-                continue;
-            }
-            crate::api::am::check_not_in_handler("fh_test")?;
-            if let Err(e) = self.rma.flush_rank(self, rank) {
-                self.rma.retire(h);
-                return Err(e);
-            }
-            debug_assert!(self.rma.is_complete(rank, seq));
+            self.complete_op(h, rank, seq)?;
         }
         self.rma.retire(h);
         self.maybe_poll();
