@@ -45,7 +45,10 @@ static void ring(unsigned char **blocks, const char *what) {
       CHECK_OK(fh_put(ctx, right, blocks[right] + LEN, &r, 8));
     }
     while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) < r) {
-      if (!dst) fh_poll(ctx); /* a put from an off-node peer may need our progress */
+      /* The left neighbour's puts may need our progress (MPI RMA from another node,
+       * or from another mapping with FH_CMA=0), whether or not we reach the right
+       * neighbour directly. */
+      fh_poll(ctx);
       sched_yield();
     }
     for (int i = 0; i < LEN; i++) {

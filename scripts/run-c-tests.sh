@@ -73,6 +73,7 @@ extra test_local_addr 8 - FH_SHM_MAX_RANKS=2
 extra test_local_addr 4 - FH_HEAP_SIZE=4M
 # Without the kernel copy (FH_CMA=0) node peers still map each other's heap segments.
 extra test_local_addr 8 - FH_CMA=0
+extra test_local_addr 8 - FH_SHM_MAX_RANKS=2 FH_CMA=0
 extra test_heap_grow 4 - FH_CMA=0
 # Misuse and refused accesses through the off-node path: a non-blocking access to a
 # peer's unmapped page is refused by its completion there, by the call on the node.

@@ -254,9 +254,11 @@ fn exchange(heap: &LibHeap, rma: ffi::MPI_Comm, size: usize) -> Result<Exchange>
 
 /// Which node peers this rank reaches through the kernel (per-rank pids; 0: no),
 /// whether any address of theirs goes through its single copy, and
-/// `fh_config_print`'s line. The node probes even with `FH_CMA=0` when its heaps
-/// are shared: mapping a peer's heap segment through `/proc/<pid>/fd` needs the
-/// same permission, and `FH_CMA` is about memory outside the library heap.
+/// `fh_config_print`'s line. The node probes even with `FH_CMA=0` when `FH_SHM`
+/// asks for shared heaps: mapping a peer's heap segment through `/proc/<pid>/fd`
+/// needs the same permission, and `FH_CMA` is about memory outside the library
+/// heap. The probe is collective over the node, so whether it runs depends on the
+/// job's settings only, never on how this rank's mapping went.
 fn decide_kernel_copy(
     cfg: &Config,
     windows: bool,
@@ -266,7 +268,7 @@ fn decide_kernel_copy(
     shared: bool,
 ) -> (Vec<i32>, bool, String) {
     let size = ex.remote_heaps.len();
-    let (pids, mut note) = if windows && (cfg.cma || shared) {
+    let (pids, mut note) = if windows && (cfg.cma || cfg.shm) {
         single_copy_peers(rma, rank, &ex.all)
     } else {
         (vec![0; size], String::new())

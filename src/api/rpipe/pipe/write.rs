@@ -4,7 +4,7 @@
 //!
 //! Guarantees: at most `slots` allocations are outstanding and only space the
 //! reader freed is reallocated, so no notice slot and no held message is ever
-//! overwritten; an allocation is marked written only when both its data and its
+//! overwritten; an allocation stays marked written only when both its data and its
 //! notice went out; a free bit from the reader that names no written message is
 //! refused and reported, never trusted.
 
