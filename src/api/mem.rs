@@ -138,7 +138,10 @@ impl CtxInner {
         // Firehose units of this memory (pinned for peers' puts) give way: their
         // holders are told to drop them first, then the registration replaces them.
         am::check_not_in_handler("fh_mem_register")?;
-        self.fh_invalidate(addr, end)?;
+        // Peers' moves for this memory wait until the region is published (or the
+        // call failed): answered earlier, they would pin units inside the region.
+        let q = self.fh_quiesce(addr, end);
+        self.fh_invalidate(&q, addr, end)?;
         let (ps, pl) = os::page_span(addr, len);
         // mlock is the physical resource RLIMIT_MEMLOCK bounds. This conduit does not
         // need it for correctness, so running out degrades (registered, not locked;
@@ -262,8 +265,11 @@ impl CtxInner {
             .checked_add(len)
             .ok_or_else(|| err!(InvalidArg, "range wraps around"))?;
         self.refuse_segment(addr, end.max(addr + 1), "fh_mem_invalidate")?;
-        let gone = self.local_regs.remove_overlapping(addr, end.max(addr + 1));
-        let n = gone.len() + self.fh_invalidate(addr, end.max(addr + 1))?;
+        let end = end.max(addr + 1);
+        // Peers' moves for this memory wait until every holder of it was told.
+        let q = self.fh_quiesce(addr, end);
+        let gone = self.local_regs.remove_overlapping(addr, end);
+        let n = gone.len() + self.fh_invalidate(&q, addr, end)?;
         let mut first = Ok(());
         for (s, r) in gone {
             if let Err(e) = self.retract(s, r) {

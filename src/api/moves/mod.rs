@@ -57,6 +57,20 @@ pub(crate) static SUBSYSTEM: super::ctx::Subsystem = super::ctx::Subsystem {
     shutdown: Some(CtxInner::fh_shutdown),
 };
 
+/// Peers' moves meeting a range wait while this lives ([`CtxInner::fh_quiesce`]).
+pub(crate) struct Quiesce<'a> {
+    ctx: &'a CtxInner,
+    span: (usize, usize),
+}
+
+impl Drop for Quiesce<'_> {
+    fn drop(&mut self) {
+        let (a, b) = self.span;
+        self.ctx.fh.local.lock().end_quiesce(a, b);
+        crate::firehose::protocol::drain_parked(self.ctx);
+    }
+}
+
 impl CtxInner {
     pub fn fh(&self) -> &FhState {
         &self.fh
@@ -89,31 +103,30 @@ impl CtxInner {
         self.fh.peers[src].lock().invalidate(start, end);
     }
 
+    /// Hold peers' moves that meet `[a, b)` (widened to whole granules: every unit
+    /// that overlaps it) until the returned guard is dropped; they are answered then,
+    /// with fresh pins of what is mapped at that time. The caller holds it across
+    /// [`Self::fh_invalidate`] and whatever must happen before peers may pin the
+    /// range again (a registration published, a registered region retracted).
+    ///
+    /// Served at once, those moves gave the holders an invalidation had just told to
+    /// forget the range new firehoses there, which its next round had to invalidate
+    /// again: a peer that kept accessing the range held the invalidation until it
+    /// stopped (test_churn, FH_CMA=0 at 8 ranks: 1.5 s, the whole of the peer's
+    /// loop).
+    pub(crate) fn fh_quiesce(&self, a: usize, b: usize) -> Quiesce<'_> {
+        let p = &self.fh.params;
+        let span = (p.granule(a).0, p.granule(b.max(a + 1) - 1).1);
+        self.fh.local.lock().begin_quiesce(span.0, span.1);
+        Quiesce { ctx: self, span }
+    }
+
     /// Drop every firehose unit overlapping `[a, b)` on this rank, first telling every
     /// peer holding one to forget it and complete its operations (waiting for their
     /// acknowledgements), so no rank keeps using the old mapping. Returns how many
-    /// units were unpinned.
-    ///
-    /// Moves that meet `[a, b)` meanwhile are parked and answered once it is done
-    /// (with fresh pins of what is mapped then). Served at once, they gave the
-    /// holders just told to forget the range new firehoses there, which the next
-    /// round had to invalidate again: a peer that kept accessing the range held this
-    /// call until it stopped (test_churn, FH_CMA=0 at 8 ranks: 1.5 s, the whole of
-    /// the peer's loop).
-    pub fn fh_invalidate(&self, a: usize, b: usize) -> Result<usize> {
-        if a >= b {
-            return Ok(0);
-        }
-        self.fh.local.lock().begin_quiesce(a, b);
-        let r = self.fh_invalidate_rounds(a, b);
-        self.fh.local.lock().end_quiesce(a, b);
-        crate::firehose::protocol::drain_parked(self);
-        r
-    }
-
-    /// [`Self::fh_invalidate`]'s rounds: while units in `[a, b)` have holders, tell
-    /// them and wait for their acknowledgements; then unpin the range.
-    fn fh_invalidate_rounds(&self, a: usize, b: usize) -> Result<usize> {
+    /// units were unpinned. The caller's `_q` keeps peers from taking new firehoses
+    /// there meanwhile, so one round usually does.
+    pub(crate) fn fh_invalidate(&self, _q: &Quiesce<'_>, a: usize, b: usize) -> Result<usize> {
         let fh = &self.fh;
         let mut total = 0;
         loop {
@@ -133,7 +146,7 @@ impl CtxInner {
             }
             // The holders' firehoses end now; the units stay pinned (held here)
             // until every holder acknowledged. Moves meeting the range park
-            // meanwhile (`fh_invalidate`), so the next round finds no new holder.
+            // meanwhile (`_q`), so the next round finds no new holder.
             let mut by_rank: HashMap<usize, (usize, usize)> = HashMap::new();
             let mut held = Vec::new();
             for (s, e, hs) in holders {
