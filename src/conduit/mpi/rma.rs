@@ -151,24 +151,25 @@ impl MpiConduit {
             }
         }
         let (win, disp, bit) = self.resolve(rank, raddr, len);
-        if bit == WIN_DYN && self.pid_for_copy(rank).is_none() {
+        if bit == WIN_DYN {
+            if self.pid_for_copy(rank).is_some() {
+                // User memory of a node peer (or its heap segment mapped here, which
+                // `single_copy` looks at first): the kernel copies it and checks it.
+                // Open MPI's one-sided path over the same copy retries an EFAULT for
+                // ever (a peer that unmapped memory it had exposed would spin us),
+                // MPICH's UCX aborts; here it is FH_ERR_ACCESS.
+                let r = self.single_copy(rank, is_put, raddr, local as usize, len);
+                fence(Ordering::Release);
+                return r;
+            }
             // Without the single copy (FH_CMA=0) a node peer's heap segment mapped
-            // here is still a memory copy (`single_copy` looks there first otherwise).
+            // here is still a memory copy.
             if let Some(at) = self.seg_view(rank, raddr, len) {
                 // SAFETY: `at` lies in the peer's shared heap segment mapped here
                 // (seg_view checked the whole span); `local` per the contract.
                 unsafe { super::cma::plain_copy(is_put, at, local as usize, len) };
                 return Ok(());
             }
-        }
-        if bit == WIN_DYN && self.pid_for_copy(rank).is_some() {
-            // User memory of a node peer: the kernel copies it and checks it. Open
-            // MPI's one-sided path over the same copy retries an EFAULT for ever (a
-            // peer that unmapped memory it had exposed would spin us), MPICH's
-            // UCX aborts; here it is FH_ERR_ACCESS.
-            let r = self.single_copy(rank, is_put, raddr, local as usize, len);
-            fence(Ordering::Release);
-            return r;
         }
         self.ring_peer(rank);
         let _s = self.serial();
