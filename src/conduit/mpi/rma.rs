@@ -105,8 +105,8 @@ impl MpiConduit {
     }
 
     /// (Longer than most functions: it is the path every put and get takes, and its
-    /// order of checks — own rank, node-shared heap, kernel copy, MPI — reads best,
-    /// and inlines best, in one piece.)
+    /// order of checks — own rank, node-shared heap, kernel copy or a mapped heap
+    /// segment, MPI — reads best, and inlines best, in one piece.)
     ///
     /// Issue a put (`is_put`) or get, optionally flushing just the window it used,
     /// under one serialisation guard.
