@@ -12,7 +12,7 @@ use super::registry::{LocalRegions, RemoteCache};
 use super::settings::{FhMode, FirehoseSettings};
 use super::state::{FhState, Invalidations};
 use crate::runtime::config::Group;
-use crate::runtime::error::Result;
+use crate::runtime::error::{Error, Result};
 use crate::runtime::os;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +27,11 @@ pub struct Host {
     pub pinned: RefCell<Vec<(usize, usize)>>,
     pub next_id: Cell<u64>,
     pub hits: Cell<u64>,
+    /// Answers of parked moves sent (`drain_parked`), and whether sending them fails.
+    pub answers_sent: Cell<u64>,
+    pub answers_fail: Cell<bool>,
+    /// Errors reported through `Mover::report_async`.
+    pub reported: RefCell<Vec<Error>>,
     /// Rank 1, for rank 0.
     pub target: Option<Box<Host>>,
 }
@@ -91,6 +96,13 @@ impl Mover for Host {
         self.next_id.get()
     }
     fn send(&self, rank: usize, msg: MoveMsg, args: &[u64], payload: &[u8]) -> Result<()> {
+        if msg == MoveMsg::Answer {
+            if self.answers_fail.get() {
+                crate::bail!(Transport, "rank {rank} has exited");
+            }
+            self.answers_sent.set(self.answers_sent.get() + 1);
+            return Ok(());
+        }
         let t = self.target.as_deref().expect("only rank 0 sends");
         assert_eq!((rank, msg), (t.rank, MoveMsg::Request));
         let answer = |a: &[u64], p: &[u8]| process_answer(self, t.rank, a, p);
@@ -129,6 +141,9 @@ impl Mover for Host {
     fn count_hit(&self) {
         self.hits.set(self.hits.get() + 1);
     }
+    fn report_async(&self, e: Error) {
+        self.reported.borrow_mut().push(e);
+    }
 }
 
 /// Rank `rank` of two, page mode, M = 64 pages.
@@ -147,6 +162,9 @@ pub fn host(rank: usize) -> Host {
         pinned: Default::default(),
         next_id: Cell::new(0),
         hits: Cell::new(0),
+        answers_sent: Cell::new(0),
+        answers_fail: Cell::new(false),
+        reported: Default::default(),
         target: None,
     }
 }

@@ -84,4 +84,7 @@ pub trait Mover: MoveHost {
     /// Count a hit that needed no table beyond one entry (the hot path: the
     /// context keeps it in per-thread counters).
     fn count_hit(&self);
+    /// Report an error no caller is waiting to receive (a parked move's answer
+    /// that could not be sent): the context's next call returns it.
+    fn report_async(&self, e: crate::runtime::error::Error);
 }

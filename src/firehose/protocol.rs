@@ -22,7 +22,7 @@ use super::host::{MoveHost, MoveMsg, Mover};
 use super::local::LocalTable;
 use super::state::{why_code, ParkedMove};
 use super::wire::{Carried, Granted, MoveAnswer, MoveRequest};
-use crate::runtime::error::Status;
+use crate::runtime::error::{Error, Status};
 use crate::runtime::os;
 
 /// The target's handler of one move request; answers through `reply`. False: parked
@@ -249,14 +249,24 @@ pub fn carried_get_cap(host: &dyn MoveHost) -> usize {
     host.fh().params.putinmove.min(host.max_answer() / 2)
 }
 
-/// Run the move handlers parked because they met a unit being pinned, and answer
-/// them (by request: their handler returned long ago). A move still meeting a unit
-/// being pinned parks itself again.
+/// Run the move handlers parked because they met a unit being pinned or a range
+/// being invalidated, and answer them (by request: their handler returned long
+/// ago). A move still meeting such a unit or range parks itself again. An answer
+/// that cannot be sent is reported ([`Mover::report_async`]), never dropped
+/// silently: its mover waits for it.
 pub fn drain_parked<H: Mover>(h: &H) {
     let list = std::mem::take(&mut *h.fh().parked.lock());
     for pm in list {
         let reply = |args: &[u64], payload: &[u8]| {
-            let _ = h.send(pm.src, MoveMsg::Answer, args, payload);
+            if let Err(e) = h.send(pm.src, MoveMsg::Answer, args, payload) {
+                h.report_async(Error::new(
+                    e.status,
+                    format!(
+                        "the answer to rank {}'s parked firehose move was not sent: {}",
+                        pm.src, e.msg
+                    ),
+                ));
+            }
         };
         process_move(h, pm.src, &pm.args, &pm.payload, &reply);
     }
@@ -444,6 +454,43 @@ mod tests {
                 .expect("answered once the invalidation ended")
         };
         assert_eq!((st, granted.len()), (Status::Ok.code(), 1));
+        unmap(b);
+    }
+
+    /// A parked move whose answer cannot be sent once it runs again is reported
+    /// (its mover waits for that answer), not dropped; one that can is sent.
+    #[test]
+    fn a_parked_answer_that_cannot_be_sent_is_reported() {
+        let h = host(0);
+        let pg = os::page_size();
+        let b = pages();
+        let park = || {
+            h.fh.local.lock().begin_quiesce(b, b + pg);
+            let (a, p) = req(vec![(b + 8, b + 16)], false, Carried::None, &[]).encode();
+            assert!(!process_move(&h, 1, &a, &p, &|_, _| panic!(
+                "answered while parked"
+            )));
+            h.fh.local.lock().end_quiesce(b, b + pg);
+        };
+        park();
+        h.answers_fail.set(true);
+        drain_parked(&h);
+        assert!(h.fh.parked.lock().is_empty());
+        assert_eq!(h.answers_sent.get(), 0);
+        {
+            let rep = h.reported.borrow();
+            assert_eq!(rep.len(), 1, "the lost answer is reported");
+            assert_eq!(rep[0].status, Status::Transport);
+            assert!(
+                rep[0].msg.contains("rank 1's parked firehose move"),
+                "{}",
+                rep[0].msg
+            );
+        }
+        park();
+        h.answers_fail.set(false);
+        drain_parked(&h);
+        assert_eq!((h.answers_sent.get(), h.reported.borrow().len()), (1, 1));
         unmap(b);
     }
 

@@ -253,6 +253,12 @@ pub struct FhState {
     /// Moves whose handler met a local unit being pinned (seed 000 Table 3, fourth
     /// row: handlers cannot poll or roll back): run again after every local pin.
     pub(crate) parked: Mutex<Vec<ParkedMove>>,
+    /// Held by the one invalidation under way in this context. While it waits for
+    /// its holders, the units it handed back look unheld (their references are
+    /// local ones it owns); a second, overlapping invalidation would unpin them and
+    /// return before those holders confirmed. Invalidations are rare and rank-wide
+    /// round trips, so they simply take turns.
+    pub(crate) invalidating: Mutex<()>,
     pub stats: FhStats,
     /// References held by explicit pins (`fh_pin_t`), per peer table and (last)
     /// in the local table.
@@ -284,6 +290,7 @@ impl FhState {
             pending_pins: Mutex::new(Vec::new()),
             has_pending_pins: std::sync::atomic::AtomicBool::new(false),
             parked: Mutex::new(Vec::new()),
+            invalidating: Mutex::new(()),
             pin_refs: (0..=size).map(|_| AtomicU64::new(0)).collect(),
             pin_refs_blocked: (0..=size).map(|_| AtomicU64::new(0)).collect(),
             stats: FhStats::default(),

@@ -125,9 +125,12 @@ impl CtxInner {
     /// peer holding one to forget it and complete its operations (waiting for their
     /// acknowledgements), so no rank keeps using the old mapping. Returns how many
     /// units were unpinned. The caller's `_q` keeps peers from taking new firehoses
-    /// there meanwhile, so one round usually does.
+    /// there meanwhile, so one round usually does. Invalidations of one context take
+    /// turns (`FhState::invalidating`): one still waiting for its holders owns the
+    /// units it handed back.
     pub(crate) fn fh_invalidate(&self, _q: &Quiesce<'_>, a: usize, b: usize) -> Result<usize> {
         let fh = &self.fh;
+        let _turn = fh.invalidating.lock();
         let mut total = 0;
         loop {
             let mut l = fh.local.lock();

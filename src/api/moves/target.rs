@@ -92,6 +92,9 @@ impl Mover for CtxInner {
     fn count_hit(&self) {
         self.count(&self.hot.shard().hits, 1)
     }
+    fn report_async(&self, e: crate::runtime::error::Error) {
+        self.record_async_error(e)
+    }
 }
 
 /// `H_FH_MOVE`: a peer asks this rank to pin (and maybe carries a small transfer).
