@@ -51,21 +51,17 @@ pub fn process_move(
     } else {
         os::Need::Read
     };
+    // Parking first spares a parked move the read of the mappings; the check is
+    // made again under the lock that grants (a pin may have begun meanwhile).
+    if parked(host, &fh.local.lock(), src, &req, args, body) {
+        return false;
+    }
     let maps = os::Maps::read();
     // The invalidations this answer already reflects (see `Invalidations`).
     let epoch = host.invalidation_epoch();
     let granted = {
         let mut l = fh.local.lock();
-        if req.pins.iter().any(|&(a, b)| b > a && l.must_park(a, b)) {
-            // A piece meets a unit a local thread is pinning, or a range it is
-            // invalidating: park the move (handlers never wait). Parked under the
-            // table lock, so that thread, which finishes under it too, sees it when
-            // it drains the queue after its pin or invalidation.
-            fh.parked.lock().push(ParkedMove {
-                src,
-                args: args.to_vec(),
-                payload: body.to_vec(),
-            });
+        if parked(host, &l, src, &req, args, body) {
             return false;
         }
         host.count(&fh.stats.moves_handled, 1);
@@ -102,6 +98,29 @@ pub fn process_move(
     // Unpin what the releases left beyond the victim FIFO's limit only now, after
     // answering: the requester does not wait for it.
     fh.local.lock().trim(&mut *host.pinner(None));
+    true
+}
+
+/// Park the move when a piece meets a unit a local thread is pinning, or a range
+/// it is invalidating (handlers never wait). Called under the table lock `l`, so
+/// that thread, which finishes under it too, sees the move when it drains the queue
+/// after its pin or invalidation.
+fn parked(
+    host: &dyn MoveHost,
+    l: &LocalTable,
+    src: usize,
+    req: &MoveRequest<'_>,
+    args: &[u64],
+    body: &[u8],
+) -> bool {
+    if !req.pins.iter().any(|&(a, b)| b > a && l.must_park(a, b)) {
+        return false;
+    }
+    host.fh().parked.lock().push(ParkedMove {
+        src,
+        args: args.to_vec(),
+        payload: body.to_vec(),
+    });
     true
 }
 
