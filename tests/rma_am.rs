@@ -174,6 +174,61 @@ fn unregister_invalidates_every_holder_before_detaching() {
     assert_eq!(buf[..8], [9u8; 8]);
 }
 
+static RELEASED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A handler that holds its node's progress until the test says so.
+unsafe extern "C" fn hold_progress(
+    _t: *mut firehose::api::am::Token,
+    _b: *mut c_void,
+    _n: usize,
+    _a: *const u64,
+    _na: usize,
+    _u: *mut c_void,
+) {
+    while !RELEASED.load(Ordering::Acquire) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Two threads invalidate overlapping ranges: the second returns only after the
+/// first one's holder confirmed. (The first hands the holder's units back to itself
+/// while it waits; the second once took them for unheld, unpinned them and returned
+/// while the holder could still access the memory.)
+#[test]
+fn overlapping_invalidations_wait_for_the_holders_of_the_first() {
+    let (_w, c) = world(3, |_| {});
+    let mut buf = vec![0u8; 8192];
+    let a = buf.as_mut_ptr() as usize;
+    let src = [5u8; 64];
+    c[0].put(2, a, src.as_ptr() as usize, 64).unwrap();
+    assert_eq!(c[0].fh_stats().firehoses_used, 1);
+    // Rank 0 will not answer the invalidation until this handler returns.
+    c[0].am_register(220, hold_progress, 0).unwrap();
+    c[1].am_request(0, firehose::api::wire::Category::Short, 220, &[], &[], None)
+        .unwrap();
+    std::thread::scope(|s| {
+        let first = s.spawn(|| c[2].mem_invalidate(a, 4096).unwrap());
+        while c[2].stats.snapshot().invalidations_sent == 0 {
+            std::thread::yield_now();
+        }
+        let second = s.spawn(|| {
+            let n = c[2].mem_invalidate(a + 10, 1).unwrap();
+            assert!(
+                RELEASED.load(Ordering::Acquire),
+                "the second invalidation returned before the holder confirmed the first"
+            );
+            n
+        });
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        RELEASED.store(true, Ordering::Release);
+        assert!(first.join().unwrap() >= 1);
+        second.join().unwrap();
+    });
+    assert_eq!(c[0].fh_stats().firehoses_used, 0);
+    c[0].put(2, a, src.as_ptr() as usize, 8).unwrap();
+    assert_eq!(buf[..8], [5u8; 8]);
+}
+
 #[test]
 fn registration_validates_its_input() {
     let (_w, c) = world(1, |_| {});
