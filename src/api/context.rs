@@ -321,7 +321,7 @@ impl Context {
         let what = super::stall::Wait::new(
             "fh_finalize",
             None,
-            "the fh_finalize of every rank (a rank that is still working, or waits for              this one in a call that does not end)",
+            "the fh_finalize of every rank (a rank that is still working, or waits for this one in a call that does not end)",
         );
         let mut watch = super::stall::Watch::new(inner, what);
         loop {

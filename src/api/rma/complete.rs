@@ -260,12 +260,7 @@ impl CtxInner {
             "the answer to the firehose move of an implicit-handle put/get",
         );
         self.wait_for(what, || {
-            for r in 0..self.size {
-                if self.fh.starved[r].swap(false, std::sync::atomic::Ordering::AcqRel) {
-                    initiator::recover(self, r)?;
-                }
-            }
-            self.rma_progress();
+            self.rma_advance()?;
             let g = self.rma.inner.lock();
             Ok(g.nbi_waiting == 0 && g.nbi_packs.iter().all(|p| p.done()))
         })?;
@@ -292,6 +287,37 @@ impl CtxInner {
         }
         self.maybe_poll();
         Ok(())
+    }
+
+    /// Move waiting transfers along: a peer whose firehoses were all held by
+    /// operations in flight is recovered, and transfers whose moves were answered
+    /// are issued.
+    fn rma_advance(&self) -> Result<()> {
+        for r in 0..self.size {
+            if self.fh.starved[r].swap(false, std::sync::atomic::Ordering::AcqRel) {
+                initiator::recover(self, r)?;
+            }
+        }
+        self.rma_progress();
+        Ok(())
+    }
+
+    /// Finalize: wait until every transfer of this context has been issued (those
+    /// waiting for their firehose moves, explicit and implicit handles alike) and
+    /// every packed transfer's messages were acknowledged; the flush that follows
+    /// completes them. Left to the finalize barrier's progress, a move answered just
+    /// before the last rank arrived was never read, and its put never issued.
+    pub(crate) fn rma_issue_everything(&self) -> Result<()> {
+        let what = crate::api::stall::Wait::new(
+            "fh_finalize",
+            None,
+            "the answer to the firehose move of a put or get not issued yet, or the acknowledgement of a packed transfer",
+        );
+        self.wait_for(what, || {
+            self.rma_advance()?;
+            let issued = self.rma.inner.lock().deferred.is_empty();
+            Ok(issued && self.rma.packs.lock().msgs.is_empty())
+        })
     }
 
     pub fn test_nbi(&self, which: i32) -> Result<bool> {

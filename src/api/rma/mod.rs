@@ -64,8 +64,9 @@ impl RmaState {
         Ok(())
     }
 
-    /// Finalize: complete every outstanding operation.
+    /// Finalize: issue, then complete, every outstanding operation.
     pub fn complete_everything(&self, ctx: &CtxInner) -> Result<()> {
+        ctx.rma_issue_everything()?;
         self.flush_all(ctx)?;
         let mut g = self.inner.lock();
         g.nbi_puts = false;
