@@ -68,10 +68,12 @@ pub(super) fn read_only_error(rank: usize, addr: usize, len: usize) -> Error {
     )
 }
 
-/// Largest part (bytes from `addr`) of a transfer one acquisition may cover: at most
-/// f firehoses (and what one move's frame holds), and, on conduits pinning the local
-/// side, at most the local share for the local buffer at `local`.
-pub fn chunk<H: Mover>(h: &H, addr: usize, len: usize, local: usize) -> usize {
+/// Largest part (bytes from `addr`) of a transfer to `rank` one acquisition may
+/// cover: at most f firehoses (and what one move's frame holds), counting the units
+/// of `rank`'s memory already in the table ([`PeerTable::fitting`]), and, on
+/// conduits pinning the local side, at most the local share for the local buffer
+/// at `local`.
+pub fn chunk<H: Mover>(h: &H, rank: usize, addr: usize, len: usize, local: usize) -> usize {
     let fh = h.fh();
     let p = &fh.params;
     // A move's request and answer must fit one medium frame.
@@ -82,6 +84,7 @@ pub fn chunk<H: Mover>(h: &H, addr: usize, len: usize, local: usize) -> usize {
         let (lo, _) = p.granule(addr);
         lo + max_pieces * p.unit_bytes - addr
     };
+    c = fh.peers[rank].lock().fitting(p, addr, c, p.f);
     if fh.local_side {
         let lmax = p.victim_units.max(1);
         while c > 1 && p.piece_count(local, c) > lmax {
@@ -298,6 +301,18 @@ impl<H: Mover> DaClient for RemoteReq<'_, H> {
                 self.acq,
                 self.epoch,
                 fh.peers[self.rank].lock().debug_summary()
+            );
+        }
+        if fh.pin_refs[self.rank].load(Ordering::Acquire) == 0 {
+            // Nothing but this request references them (`chunk` sizes requests to
+            // avoid this).
+            return err!(
+                NoResource,
+                "[{:#x}, +{}) of rank {} needs more than the {} firehoses to that rank (its memory is pinned there in many small units)",
+                self.acq.addr,
+                self.acq.len,
+                self.rank,
+                fh.params.f
             );
         }
         err!(

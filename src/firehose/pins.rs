@@ -127,18 +127,30 @@ pub fn remote_try<H: Mover>(
     Ok(tracked(h, pin(h, Some(rank), s, e - s, held)))
 }
 
-/// A pin may use at most f firehoses (and one move's worth).
-fn check_remote_size(fh: &FhState, addr: usize, len: usize) -> Result<()> {
+/// A pin may use at most f firehoses (and one move's worth), counting the units of
+/// `rank`'s memory already in the table (`PeerTable::fitting`).
+fn check_remote_size(fh: &FhState, rank: usize, addr: usize, len: usize) -> Result<()> {
     let p = &fh.params;
     let n = p.piece_count(addr, len);
-    if n > p.f.min(MAX_PIECES_PER_MOVE) {
+    let most = p.f.min(MAX_PIECES_PER_MOVE);
+    if n > most {
         bail!(
             NoResource,
             "[{:#x}, +{}) needs {} firehoses; a pin may use at most {} (f) — pin it in parts",
             addr,
             len,
             n,
-            p.f.min(MAX_PIECES_PER_MOVE)
+            most
+        );
+    }
+    if fh.peers[rank].lock().fitting(p, addr, len, most) < len {
+        bail!(
+            NoResource,
+            "[{:#x}, +{}) of rank {} needs more than the {} firehoses a pin may use (its memory is pinned there in many small units) — pin it in parts",
+            addr,
+            len,
+            rank,
+            most
         );
     }
     Ok(())
@@ -146,7 +158,7 @@ fn check_remote_size(fh: &FhState, addr: usize, len: usize) -> Result<()> {
 
 /// `fh_remote_pin`, blocking.
 pub fn remote<H: Mover>(h: &H, rank: usize, addr: usize, len: usize) -> Result<Box<PinObj>> {
-    check_remote_size(h.fh(), addr, len)?;
+    check_remote_size(h.fh(), rank, addr, len)?;
     match initiator::acquire_remote(h, rank, addr, len, Carry::None, true)? {
         Grant::Pins(pins) => Ok(tracked(
             h,
@@ -171,7 +183,7 @@ pub fn remote_async<H: Mover>(
     len: usize,
     cb: Box<dyn FnOnce(Result<Box<PinObj>>) + Send>,
 ) -> Result<Option<Box<PinObj>>> {
-    check_remote_size(h.fh(), addr, len)?;
+    check_remote_size(h.fh(), rank, addr, len)?;
     start(h, PendingPin::new(rank, addr, len, cb, true, true))
 }
 
@@ -188,7 +200,7 @@ pub fn acquire_async<H: Mover>(
     write: bool,
     done: Box<dyn FnOnce(Result<OpPins>) + Send>,
 ) -> Result<Option<OpPins>> {
-    check_remote_size(h.fh(), addr, len)?;
+    check_remote_size(h.fh(), rank, addr, len)?;
     let cb = Box::new(move |r: Result<Box<PinObj>>| done(r.map(|p| p.pins)));
     let pp = PendingPin::new(rank, addr, len, cb, write, false);
     Ok(start(h, pp)?.map(|p| p.pins))

@@ -184,6 +184,33 @@ impl PeerTable {
             .map(|(&s, e)| (s, e))
     }
 
+    /// The longest prefix of `[addr, addr + len)` (at least its first entry or gap)
+    /// that needs at most `max` firehoses: one per entry already there, one per gap
+    /// in each granule (what [`Self::step`] counts). Memory the target once pinned in
+    /// small units (mappings that changed since, freed and mapped again without an
+    /// invalidation) can need more than f firehoses for a range of one granule; a
+    /// request for all of it references its own units and could never be satisfied.
+    pub fn fitting(&self, p: &Params, addr: usize, len: usize, max: usize) -> usize {
+        let end = addr + len;
+        let mut cur = addr;
+        let mut n = 0;
+        while cur < end {
+            let next = match self.containing(cur) {
+                Some((_, e)) => e.end.min(end),
+                None => {
+                    let gap = self.entries.range(cur..end).next().map_or(end, |(&s, _)| s);
+                    gap.min(p.granule(cur).1)
+                }
+            };
+            n += 1;
+            if n > max.max(1) {
+                return cur - addr;
+            }
+            cur = next;
+        }
+        len
+    }
+
     /// Fast path for a request inside one live entry: take a reference.
     #[inline(always)]
     pub fn hit_one(&mut self, addr: usize, end: usize, write: bool) -> Option<Held> {
@@ -821,5 +848,52 @@ impl PeerTable {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::firehose::settings::{FhMode, FirehoseSettings};
+    use crate::runtime::config::Group;
+
+    /// A target that pinned a granule in small units (its mappings changed since):
+    /// the part of a request that fits f firehoses stops where the (f+1)-th unit or
+    /// gap would begin; gaps count once per granule.
+    #[test]
+    fn fitting_counts_the_units_already_known() {
+        let unit = 1 << 20;
+        let p = Params::derive_with(
+            &FirehoseSettings::defaults(),
+            2,
+            1,
+            FhMode::Region,
+            None,
+            Some(unit),
+        );
+        let f = p.f;
+        assert!(f >= 2, "f = {f}");
+        let g = 64 * unit; // a granule-aligned base
+        let mut t = PeerTable::default();
+        // Nothing known: one gap per granule, as many granules as f allows.
+        assert_eq!(t.fitting(&p, g, unit / 2, f), unit / 2);
+        assert_eq!(t.fitting(&p, g + 8, 3 * unit, 2), 2 * unit - 8);
+        // The target answered a move for the first granule with f + 2 units of 4 KiB.
+        let Plan::Move { .. } = t.plan(&p, g, unit, 1, false) else {
+            panic!("a miss plans a move");
+        };
+        let small: Vec<(usize, usize, bool)> = (0..f + 2)
+            .map(|i| (g + 4096 * i, g + 4096 * (i + 1), false))
+            .collect();
+        t.complete_move(1, &small);
+        // f of them fit; the rest of the granule waits for the next chunk.
+        assert_eq!(t.fitting(&p, g, unit, f), 4096 * f);
+        // From inside the third unit: f - 1 more units, then a gap would be one too many.
+        assert_eq!(t.fitting(&p, g + 2 * 4096 + 100, unit, f), 4096 * f - 100);
+        // Past the small units: the rest of the granule is one gap.
+        let rest = g + 4096 * (f + 2);
+        assert_eq!(t.fitting(&p, rest, g + unit - rest, 1), g + unit - rest);
+        // At least the first unit, whatever `max`.
+        assert_eq!(t.fitting(&p, g, unit, 0), 4096);
     }
 }

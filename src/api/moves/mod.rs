@@ -201,7 +201,7 @@ impl CtxInner {
             return Ok(());
         }
         if rank != self.rank {
-            let c = initiator::chunk(self, addr, len, addr);
+            let c = initiator::chunk(self, rank, addr, len, addr);
             if let Grant::Pins(p) =
                 initiator::acquire_remote(self, rank, addr, c, Carry::None, true)?
             {
