@@ -30,7 +30,7 @@
  *     check lives in the Rust sim tests).
  *  6. errors: NULL lock / lock_out / ctx -> FH_ERR_INVALID_ARG; a bad home ->
  *     FH_ERR_BAD_RANK; release without holding (and twice) -> FH_ERR_STATE; destroy
- *     while holding -> FH_ERR_STATE, the handle still works; every call after destroy
+ *     or acquire while holding -> FH_ERR_STATE, the handle still works; every call after destroy
  *     -> FH_ERR_STATE; homes that differ between ranks -> FH_ERR_INVALID_ARG on every
  *     rank, lock_out untouched, and the context still works; 128 locks at once, the
  *     129th FH_ERR_NO_RESOURCE, then a freed slot is reusable.
@@ -407,7 +407,11 @@ static void errors(void) {
   CHECK_OK(fh_lock_acquire(l));
   CHECK_RC(fh_lock_destroy(l), FH_ERR_STATE);
   check_last_error("fh_lock_destroy while holding");
+  /* Not recursive: acquiring it again is refused at once (it used to wait for
+   * ever), a try says it is held, and the lock is still held. */
   CHECK_RC(fh_lock_try(l), FH_NOT_READY);
+  CHECK_RC(fh_lock_acquire(l), FH_ERR_STATE);
+  check_last_error("fh_lock_acquire of a lock this thread holds");
   CHECK_OK(fh_lock_release(l));
   CHECK_RC(fh_lock_release(l), FH_ERR_STATE);
   CHECK_OK(fh_barrier(ctx));

@@ -2286,14 +2286,15 @@ int fh_lock_create(struct fh_ctx_t *ctx, int home_rank, struct fh_lock_t **lock_
 /**
  * Block until this rank holds the lock (progressing the library meanwhile).
  * One thread of a rank holds the lock at a time; other threads of the same rank
- * wait for it before joining the queue.
+ * wait for it before joining the queue. The lock is not recursive: a thread that
+ * already holds it (or waits for it) gets FH_ERR_STATE.
  * Threads: any thread, concurrently with other calls. Not from AM handlers (blocks).
  */
 int fh_lock_acquire(struct fh_lock_t *lock);
 
 /**
  * Take the lock if it is free right now (one compare&swap at the home): FH_OK, or
- * FH_NOT_READY if it is held or queued for.
+ * FH_NOT_READY if it is held or queued for (by this thread too).
  * Threads: any thread, concurrently with other calls. Not from AM handlers.
  */
 int fh_lock_try(struct fh_lock_t *lock);

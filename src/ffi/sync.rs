@@ -131,7 +131,8 @@ pub extern "C" fn fh_lock_create(
 
 /// Block until this rank holds the lock (progressing the library meanwhile).
 /// One thread of a rank holds the lock at a time; other threads of the same rank
-/// wait for it before joining the queue.
+/// wait for it before joining the queue. The lock is not recursive: a thread that
+/// already holds it (or waits for it) gets FH_ERR_STATE.
 /// Threads: any thread, concurrently with other calls. Not from AM handlers (blocks).
 #[no_mangle]
 pub extern "C" fn fh_lock_acquire(lock: *mut fh_lock_t) -> c_int {
@@ -144,7 +145,7 @@ pub extern "C" fn fh_lock_acquire(lock: *mut fh_lock_t) -> c_int {
 }
 
 /// Take the lock if it is free right now (one compare&swap at the home): FH_OK, or
-/// FH_NOT_READY if it is held or queued for.
+/// FH_NOT_READY if it is held or queued for (by this thread too).
 /// Threads: any thread, concurrently with other calls. Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_lock_try(lock: *mut fh_lock_t) -> c_int {

@@ -19,13 +19,11 @@
 //! the queue is `local` (other threads of the rank wait for it first).
 
 use super::area::MAX_LOCKS;
-use super::state::Local;
 pub use super::state::{Lock, LockIds};
 use crate::api::ctx::CtxInner;
 use crate::conduit::AtomicOp;
 use crate::runtime::error::Result;
 use crate::{bail, err};
-use std::sync::atomic::{AtomicU8, Ordering};
 
 const NEXT: usize = 0;
 const LOCKED: usize = 8;
@@ -86,38 +84,31 @@ impl CtxInner {
             self.sync.locks.lock().used[id] = false;
             return Err(e);
         }
-        Ok(Lock {
-            id,
-            home,
-            local: AtomicU8::new(Local::Free as u8),
-        })
+        Ok(Lock::new(id, home))
     }
 
     /// Take the rank's entry for this lock (one thread per rank in the queue).
     fn lock_local(&self, l: &Lock, wait: bool) -> Result<bool> {
         loop {
-            if l.local
-                .compare_exchange(
-                    Local::Free as u8,
-                    Local::Busy as u8,
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
-            {
+            if l.take() {
                 return Ok(true);
             }
             if !wait {
+                // Held, also by this thread (FH_NOT_READY, as for any holder).
                 return Ok(false);
+            }
+            if l.taken_by_me() {
+                bail!(
+                    State,
+                    "fh_lock_acquire: this thread already holds the lock or waits for it (the lock is not recursive)"
+                );
             }
             let what = crate::api::stall::Wait::new(
                 "fh_lock",
                 None,
                 "another thread of this rank releasing the lock",
             );
-            self.wait_rung(what, || {
-                Ok(l.local.load(Ordering::Relaxed) == Local::Free as u8)
-            })?;
+            self.wait_rung(what, || Ok(l.is_free()))?;
         }
     }
 
@@ -131,7 +122,7 @@ impl CtxInner {
             None => Ok(()),
         });
         if r.is_err() {
-            l.local.store(Local::Free as u8, Ordering::Release);
+            l.give_back();
         }
         r
     }
@@ -139,7 +130,7 @@ impl CtxInner {
     /// Release after [`Self::lock_enqueue`] + [`Self::lock_wait_granted`] used
     /// directly (tests drive the two halves by hand to check FIFO order).
     pub fn lock_release_granted(&self, l: &Lock) -> Result<()> {
-        l.local.store(Local::Busy as u8, Ordering::Release);
+        l.mark_taken();
         self.lock_release(l)
     }
 
@@ -202,7 +193,7 @@ impl CtxInner {
         if matches!(r, Ok(true)) {
             self.maybe_poll();
         } else {
-            l.local.store(Local::Free as u8, Ordering::Release);
+            l.give_back();
             self.maybe_poll_idle();
         }
         r
@@ -211,7 +202,7 @@ impl CtxInner {
     /// `fh_lock_release`.
     pub fn lock_release(&self, l: &Lock) -> Result<()> {
         self.check_live()?;
-        if l.local.load(Ordering::Acquire) != Local::Busy as u8 {
+        if l.is_free() {
             bail!(State, "fh_lock_release: this rank does not hold the lock");
         }
         let me = self.rank;
@@ -228,7 +219,7 @@ impl CtxInner {
                 },
             )?;
             if old == me as u64 + 1 {
-                l.local.store(Local::Free as u8, Ordering::Release);
+                l.give_back();
                 return Ok(());
             }
             if old == 0 {
@@ -251,7 +242,7 @@ impl CtxInner {
         }
         let s = self.check_waiter(succ, "next")?;
         self.word(s, self.lock_word(s, l.id, LOCKED)?, AtomicOp::Set(0))?;
-        l.local.store(Local::Free as u8, Ordering::Release);
+        l.give_back();
         if self.bells.policy() == crate::runtime::wait::CROWDED {
             // Ranks outnumber cores: the successor is likely waiting for one (or
             // just woken by the hand-over). Give it ours now instead of running on
@@ -271,7 +262,7 @@ impl CtxInner {
         let pre = (|| {
             self.check_live()?;
             crate::api::am::check_not_in_handler("fh_lock_destroy")?;
-            if l.local.load(Ordering::Acquire) != Local::Free as u8 {
+            if !l.is_free() {
                 bail!(
                     State,
                     "fh_lock_destroy: this rank holds the lock (release it first; the lock stays)"

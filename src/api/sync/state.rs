@@ -5,7 +5,7 @@
 use super::area;
 use super::settings::Algo;
 use crate::runtime::solo::SoloMutex;
-use std::sync::atomic::{AtomicBool, AtomicU8};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 /// Spare heap every rank keeps beyond the sync area for fh_malloc and rpipe.
 pub(crate) const MIN_SPARE: usize = 64 << 10;
@@ -200,7 +200,70 @@ pub(crate) enum Local {
 pub struct Lock {
     pub id: usize,
     pub home: usize,
-    pub(crate) local: AtomicU8,
+    local: AtomicU8,
+    /// The thread that made `local` Busy (a per-thread token; 0 while Free, and
+    /// between a thread's taking it and writing its token). Written only by that
+    /// thread, so a thread that reads its own token holds or waits for the lock.
+    owner: AtomicU64,
+}
+
+thread_local! {
+    static THREAD_TOKEN: u8 = const { 0 };
+}
+
+/// This thread's token: the address of a thread-local, unique among live threads.
+fn thread_token() -> u64 {
+    THREAD_TOKEN.with(|t| t as *const u8 as u64)
+}
+
+impl Lock {
+    pub(crate) fn new(id: usize, home: usize) -> Lock {
+        Lock {
+            id,
+            home,
+            local: AtomicU8::new(Local::Free as u8),
+            owner: AtomicU64::new(0),
+        }
+    }
+
+    /// Make this rank's entry Busy for this thread, if it is Free.
+    pub(crate) fn take(&self) -> bool {
+        let ok = self
+            .local
+            .compare_exchange(
+                Local::Free as u8,
+                Local::Busy as u8,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_ok();
+        if ok {
+            self.owner.store(thread_token(), Ordering::Relaxed);
+        }
+        ok
+    }
+
+    /// Make the entry Busy for this thread whatever it was (tests driving the
+    /// acquire's halves by hand).
+    pub(crate) fn mark_taken(&self) {
+        self.local.store(Local::Busy as u8, Ordering::Release);
+        self.owner.store(thread_token(), Ordering::Relaxed);
+    }
+
+    /// Free the entry (by the thread that took it).
+    pub(crate) fn give_back(&self) {
+        self.owner.store(0, Ordering::Relaxed);
+        self.local.store(Local::Free as u8, Ordering::Release);
+    }
+
+    pub(crate) fn is_free(&self) -> bool {
+        self.local.load(Ordering::Acquire) == Local::Free as u8
+    }
+
+    /// Does this thread hold the lock or wait for it?
+    pub(crate) fn taken_by_me(&self) -> bool {
+        !self.is_free() && self.owner.load(Ordering::Relaxed) == thread_token()
+    }
 }
 
 /// Per-context synchronisation state.
