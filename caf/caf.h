@@ -99,6 +99,9 @@ typedef struct caf_team {
   int number;           /* TEAM_NUMBER (-1 for the initial team) */
   struct caf_team *parent;
   int active;           /* CHANGE TEAM entered and not left */
+  int key;              /* this image's ordering key in the FORM TEAM that made it */
+  int64_t gen;          /* the parent's FORM TEAM that made (or last reused) it */
+  int64_t forms;        /* FORM TEAM statements executed with this team as parent */
 } caf_team_t;
 
 /* --- tokens --- */

@@ -12,13 +12,42 @@ static caf_team_t **formed;
 static size_t nformed;
 static void team_finalize_all(void);
 
+/* The team this image's FORM TEAM may reuse: the latest one formed from `cur` with
+ * the same team number and key, or NULL. */
+static caf_team_t *cached_team(caf_team_t *cur, int team_number, int key) {
+  caf_team_t *best = NULL;
+  for (size_t i = 0; i < nformed; i++) {
+    caf_team_t *t = formed[i];
+    if (t->parent == cur && t->number == team_number && t->key == key && (!best || t->gen > best->gen)) best = t;
+  }
+  return best;
+}
+
+/* A loop of FORM TEAM with the same partition reuses the team made last time: each
+ * team is a library context (its own heap and windows, tens of MiB per image), and a
+ * team value is never freed, so a new one per iteration exhausted memory within a
+ * few hundred. Reuse is decided together (FORM TEAM is collective over the current
+ * team): every image found the team of the same earlier FORM TEAM, in which every
+ * image had its present team number and key, so the partition is the same. The old
+ * team is not current (FORM TEAM forms children of the current team), holds no
+ * coarrays (transfers go through the initial team's context) and no collective in
+ * flight, so it serves as a fresh one. */
 void _gfortran_caf_form_team(int team_number, void **team, int new_index) {
   caf_need_init();
   caf_flush();
   caf_team_t *cur = caf.current;
   if (team_number <= 0) caf_fatal("FORM TEAM: team number %d must be positive", team_number);
-  caf_team_t *t = calloc(1, sizeof *t);
   int key = new_index > 0 ? new_index - 1 : cur->rank;
+  int64_t gen = ++cur->forms;
+  caf_team_t *old = cached_team(cur, team_number, key);
+  int64_t mine[2] = {old ? old->gen : -1, old ? -old->gen : -1}, all[2];
+  caf_fh_check(fh_allreduce(cur->ctx, mine, all, 2, FH_INT64, FH_MIN), "FORM TEAM");
+  if (old && all[0] >= 0 && all[0] == -all[1]) {
+    old->gen = gen;
+    *team = old;
+    return;
+  }
+  caf_team_t *t = calloc(1, sizeof *t);
   /* fh_split: the teams set up in turn (sibling contexts created at once collide in
    * Open MPI 4.1's one-sided component). */
   caf_fh_check(fh_split(cur->ctx, team_number, key, NULL, &t->ctx), "FORM TEAM");
@@ -28,6 +57,8 @@ void _gfortran_caf_form_team(int team_number, void **team, int new_index) {
   caf_fh_check(fh_allgather(t->ctx, &caf.me, sizeof(int), t->world), "FORM TEAM");
   t->number = team_number;
   t->parent = cur;
+  t->key = key;
+  t->gen = gen;
   caf_at_end(team_finalize_all); /* runs before mem.c's: registered later */
   formed = realloc(formed, sizeof *formed * (nformed + 1));
   formed[nformed++] = t;

@@ -311,9 +311,19 @@ fn mpi_error(rc: c_int, what: String) -> crate::runtime::error::Error {
 }
 
 /// Open MPI's `osc_rdma_max_attach` (attachments one dynamic window holds), read
-/// through the MPI tool interface; `None` when this MPI has no such variable (MPICH:
-/// no limit) or the read fails. Works before `MPI_Init` too.
+/// through the MPI tool interface once per process; `None` when this MPI has no
+/// such variable (MPICH: no limit) or the read fails. Works before `MPI_Init` too.
+///
+/// Read once: the variable is fixed when the process starts, and each read
+/// (`MPI_T_init_thread` .. `MPI_T_finalize`) makes Open MPI register and open every
+/// component again, about half a second, which every `fh_split` (every coarray FORM
+/// TEAM) paid.
 pub fn ompi_max_attach() -> Option<usize> {
+    static READ: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *READ.get_or_init(read_max_attach)
+}
+
+fn read_max_attach() -> Option<usize> {
     let mut provided: c_int = 0;
     // Ask for the level MPI already provides: Open MPI 4.1's MPI_T_init_thread sets
     // the process's thread level to what it grants, so asking for SINGLE made an
