@@ -9,7 +9,7 @@
 //! turns; the cost is one barrier per part. Parts of *different* parents that split
 //! at the same time (nested teams: every half splits again) collide the same way, and
 //! no parent sees them all: a part whose ranks all share this node also takes a lock
-//! of the machine (`NodeTurn`, a `flock`) for its set-up. A part spread over several
+//! of the job on this machine (`NodeTurn`, a `flock`) for its set-up. A part spread over several
 //! nodes does not (it could deadlock with another one holding the other node's lock).
 
 use super::boot::check;
@@ -44,7 +44,25 @@ fn colours(parent: ffi::MPI_Comm, colour: c_int) -> Result<Vec<c_int>> {
     Ok(all)
 }
 
-/// A machine-wide turn for one part's set-up, taken by the part's first rank while
+/// The file whose lock is the turn. Open MPI names a window's segment inside the
+/// job's session directory, so only parts of one job collide: under `mpirun` the lock
+/// lives there (one per job, removed with it), and jobs of one user running at the
+/// same time do not wait for each other's splits. Elsewhere it is one per user
+/// and machine.
+fn turn_file() -> std::path::PathBuf {
+    match std::env::var_os("OMPI_MCA_orte_jobfam_session_dir") {
+        Some(dir) if std::path::Path::new(&dir).is_dir() => {
+            std::path::Path::new(&dir).join("firehose-split.lock")
+        }
+        _ => std::env::temp_dir().join(format!(
+            "firehose-split-{}.lock",
+            // SAFETY: getuid cannot fail.
+            unsafe { libc::getuid() }
+        )),
+    }
+}
+
+/// A turn for one part's set-up, taken by the part's first rank while
 /// the others wait for it (held only when the whole part is on this node).
 struct NodeTurn(Option<std::fs::File>);
 
@@ -63,11 +81,7 @@ impl NodeTurn {
         if members.len() != n as usize || n < 2 {
             return Ok(NodeTurn(None));
         }
-        let path = std::env::temp_dir().join(format!(
-            "firehose-split-{}.lock",
-            // SAFETY: getuid cannot fail.
-            unsafe { libc::getuid() }
-        ));
+        let path = turn_file();
         // Without the lock file (no writable temporary directory) the part goes on
         // without a turn, as a part spread over nodes does.
         let lock = if me == 0 {
