@@ -105,6 +105,10 @@ int main(int argc, char **argv) {
   CHECK(strstr(msg, "library heap") != NULL, "the refusal names the heap: %s", msg);
   CHECK(fh_mem_unregister(ctx, big, big_len) == FH_ERR_INVALID_ARG, "fh_mem_unregister on a segment");
   CHECK(fh_mem_invalidate(ctx, big + 64, 64) == FH_ERR_INVALID_ARG, "fh_mem_invalidate on a segment");
+  /* The first region the same way (fh_mem_invalidate of it said FH_OK). */
+  CHECK(fh_mem_invalidate(ctx, small[0], SMALL) == FH_ERR_INVALID_ARG, "fh_mem_invalidate on the first region");
+  CHECK(fh_mem_unregister(ctx, small[0], SMALL) == FH_ERR_INVALID_ARG, "fh_mem_unregister on the first region");
+  CHECK(fh_mem_register(ctx, small[0], SMALL) == FH_ERR_INVALID_ARG, "fh_mem_register on the first region");
   MPI_Barrier(MPI_COMM_WORLD);
   CHECK_OK(fh_put(ctx, right, rb + 64, src, 64));
   MPI_Barrier(MPI_COMM_WORLD);

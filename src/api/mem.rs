@@ -107,15 +107,6 @@ impl CtxInner {
             )
         })?;
         self.check_registration_room()?;
-        let (hb, hl) = self.conduit.heap();
-        if addr < hb + hl && end > hb {
-            bail!(
-                InvalidArg,
-                "[{:#x}, +{}) overlaps the library heap, which is always registered",
-                addr,
-                len
-            );
-        }
         self.refuse_segment(addr, end, "fh_mem_register")?;
         if !os::Maps::read().allows(addr, len, os::Need::ReadWrite) {
             bail!(
@@ -239,8 +230,18 @@ impl CtxInner {
     }
 
     /// The heap's segments are registered by the library for the context's life:
-    /// the registration calls refuse them, as they refuse the first region.
+    /// the registration calls refuse them and the first region.
     fn refuse_segment(&self, addr: usize, end: usize, call: &str) -> Result<()> {
+        let (hb, hl) = self.conduit.heap();
+        if addr < hb + hl && end > hb {
+            bail!(
+                InvalidArg,
+                "{}: [{:#x}, {:#x}) overlaps the library heap, which stays registered until fh_finalize; give fh_malloc memory back with fh_free",
+                call,
+                addr,
+                end
+            );
+        }
         if self.segments.overlaps(addr, end) {
             bail!(
                 InvalidArg,
