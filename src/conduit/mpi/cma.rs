@@ -151,11 +151,25 @@ impl MpiConduit {
         };
         os::vm_copy(pid, dir, raddr, local, len).map_err(|e| match e {
             os::VmError::Fault => {
-                let need = if put {
-                    os::Need::ReadWrite
+                // The kernel does not say which side faulted: ours first.
+                let (mine, theirs) = if put {
+                    (os::Need::Read, os::Need::ReadWrite)
                 } else {
-                    os::Need::Read
+                    (os::Need::ReadWrite, os::Need::Read)
                 };
+                if let Some(why) = os::Maps::read().why_not(local, len, mine) {
+                    return crate::err!(
+                        InvalidArg,
+                        "the local {} buffer [{:#x}, +{}) of a {} rank {} is {} in this process",
+                        if put { "source" } else { "destination" },
+                        local,
+                        len,
+                        if put { "put to" } else { "get from" },
+                        rank,
+                        why
+                    );
+                }
+                let need = theirs;
                 let why = os::Maps::of_pid(pid)
                     .and_then(|m| m.why_not(raddr, len, need))
                     .unwrap_or("not mapped there with the protection the access needs");
