@@ -1821,7 +1821,8 @@ int fh_init_comm_f(int comm_f, const struct fh_config_t *cfg, struct fh_ctx_t **
  * one MPI_Comm_split can fail with FH_ERR_MPI, because two parts on one node collide
  * in MPI's one-sided component; fh_split never does. Splits of different contexts
  * at the same time (every part splitting again: nested teams) take turns too when
- * a part lies on one node (a lock of the job on that machine); parts spread over several nodes
+ * a part lies on one node (a lock of the mpirun job on that machine; without
+ * Open MPI's session directory, of the user); parts spread over several nodes
  * do not, so there nested splits should be separated by a barrier of a context
  * they share. The new context is independent
  * of `ctx` (finalize each); its collectives and barriers involve only the part.
@@ -1954,8 +1955,9 @@ int fh_mem_unregister(struct fh_ctx_t *ctx, void *addr, size_t len);
  * and complete its operations, and acknowledges, before this returns; they must be
  * polling). Call it after munmap/free and before the memory is reused, so no rank
  * keeps writing through a stale pin. FH_OK even if nothing overlapped.
- * FH_ERR_INVALID_ARG for a range overlapping a segment of the library heap (fh_malloc
- * memory stays registered until fh_finalize; give it back with fh_free).
+ * FH_ERR_INVALID_ARG for a range overlapping the library heap, its first region or a
+ * segment it grew by (fh_malloc memory stays registered until fh_finalize; give it
+ * back with fh_free).
  * Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
  * below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
  */

@@ -233,23 +233,18 @@ impl CtxInner {
     /// the registration calls refuse them and the first region.
     fn refuse_segment(&self, addr: usize, end: usize, call: &str) -> Result<()> {
         let (hb, hl) = self.conduit.heap();
-        if addr < hb + hl && end > hb {
+        if (addr < hb + hl && end > hb) || self.segments.overlaps(addr, end) {
             bail!(
                 InvalidArg,
-                "{}: [{:#x}, {:#x}) overlaps the library heap, which stays registered until fh_finalize; give fh_malloc memory back with fh_free",
+                "{}: [{:#x}, {:#x}) overlaps the library heap, which stays registered until fh_finalize{}",
                 call,
                 addr,
-                end
-            );
-        }
-        if self.segments.overlaps(addr, end) {
-            bail!(
-                InvalidArg,
-                "{}: [{:#x}, {:#x}) overlaps the library heap (a segment fh_malloc added), \
-                 which stays registered until fh_finalize; give fh_malloc memory back with fh_free",
-                call,
-                addr,
-                end
+                end,
+                if call == "fh_mem_register" {
+                    ""
+                } else {
+                    "; give fh_malloc memory back with fh_free"
+                }
             );
         }
         Ok(())

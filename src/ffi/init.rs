@@ -235,7 +235,8 @@ pub extern "C" fn fh_init_comm_f(
 /// one MPI_Comm_split can fail with FH_ERR_MPI, because two parts on one node collide
 /// in MPI's one-sided component; fh_split never does. Splits of different contexts
 /// at the same time (every part splitting again: nested teams) take turns too when
-/// a part lies on one node (a lock of the job on that machine); parts spread over several nodes
+/// a part lies on one node (a lock of the mpirun job on that machine; without
+/// Open MPI's session directory, of the user); parts spread over several nodes
 /// do not, so there nested splits should be separated by a barrier of a context
 /// they share. The new context is independent
 /// of `ctx` (finalize each); its collectives and barriers involve only the part.

@@ -85,8 +85,9 @@ pub extern "C" fn fh_mem_unregister(ctx: *mut fh_ctx_t, addr: *mut c_void, len: 
 /// and complete its operations, and acknowledges, before this returns; they must be
 /// polling). Call it after munmap/free and before the memory is reused, so no rank
 /// keeps writing through a stale pin. FH_OK even if nothing overlapped.
-/// FH_ERR_INVALID_ARG for a range overlapping a segment of the library heap (fh_malloc
-/// memory stays registered until fh_finalize; give it back with fh_free).
+/// FH_ERR_INVALID_ARG for a range overlapping the library heap, its first region or a
+/// segment it grew by (fh_malloc memory stays registered until fh_finalize; give it
+/// back with fh_free).
 /// Threads: any thread, concurrently with other calls on the same context (MPI_THREAD_MULTIPLE;
 /// below it, one thread at a time per the MPI thread level). Not from AM handlers (blocks).
 #[no_mangle]

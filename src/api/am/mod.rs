@@ -21,7 +21,7 @@ pub mod table;
 
 pub use table::*;
 
-use super::ctx::CtxInner;
+use super::ctx::{CtxInner, State};
 use super::stats::Stats;
 use super::wait::Source;
 use super::wire::{self, Category, Control, Frame, Head, Role};
@@ -116,6 +116,35 @@ impl CtxInner {
         long: Option<LongOut<'_>>,
     ) -> Result<()> {
         self.check_live()?;
+        self.am_request_any(dest, cat, handler, args, medium, long)
+    }
+
+    /// A library protocol's request, also while the context finalizes (fh_finalize
+    /// still completes transfers, whose firehose moves and their answers travel
+    /// this way).
+    pub(crate) fn am_request_lib(
+        &self,
+        dest: usize,
+        cat: Category,
+        handler: u8,
+        args: &[u64],
+        medium: &[u8],
+    ) -> Result<()> {
+        if self.state.load(Ordering::Acquire) == State::Finalized as u8 {
+            return self.check_live();
+        }
+        self.am_request_any(dest, cat, handler, args, medium, None)
+    }
+
+    fn am_request_any(
+        &self,
+        dest: usize,
+        cat: Category,
+        handler: u8,
+        args: &[u64],
+        medium: &[u8],
+        long: Option<LongOut<'_>>,
+    ) -> Result<()> {
         check_not_in_handler("fh_am_request_*")?;
         let plen = long.as_ref().map(|l| l.data.len()).unwrap_or(medium.len());
         self.check_am_args(args, plen, cat)?;

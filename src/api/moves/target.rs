@@ -56,7 +56,7 @@ impl Mover for CtxInner {
             MoveMsg::Request => LibHandler::FhMove,
             MoveMsg::Answer => LibHandler::FhAnswer,
         };
-        self.am_request(rank, Category::Medium, handler as u8, args, payload, None)
+        self.am_request_lib(rank, Category::Medium, handler as u8, args, payload)
     }
     fn wait_until(
         &self,

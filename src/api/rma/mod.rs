@@ -64,14 +64,24 @@ impl RmaState {
         Ok(())
     }
 
-    /// Finalize: issue, then complete, every outstanding operation.
+    /// Finalize: issue, then complete, every outstanding operation; the first error,
+    /// also of an implicit-handle transfer nobody waited for. What was issued is
+    /// completed even when issuing the rest failed.
     pub fn complete_everything(&self, ctx: &CtxInner) -> Result<()> {
-        ctx.rma_issue_everything()?;
-        self.flush_all(ctx)?;
+        let issued = ctx.rma_issue_everything();
+        let flushed = self.flush_all(ctx);
         let mut g = self.inner.lock();
         g.nbi_puts = false;
         g.nbi_gets = false;
-        Ok(())
+        let lost = g.nbi_error.take();
+        let packs = std::mem::take(&mut g.nbi_packs);
+        drop(g);
+        let pack_err = packs.iter().find_map(|p| p.take_error().err());
+        issued.and(flushed)?;
+        match lost.or(pack_err) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 }
 

@@ -302,7 +302,7 @@ impl CtxInner {
                 true,
                 Err(err!(
                     State,
-                    "fh_lock_destroy: rank {} held or wanted the lock when its home destroyed it                      (destroyed all the same; release before destroying)",
+                    "fh_lock_destroy: rank {} held or wanted the lock when its home destroyed it (destroyed all the same; release before destroying)",
                     t - 1
                 )),
             );

@@ -211,7 +211,9 @@ thread_local! {
     static THREAD_TOKEN: u8 = const { 0 };
 }
 
-/// This thread's token: the address of a thread-local, unique among live threads.
+/// This thread's token: the address of a thread-local, unique among live threads
+/// (a thread that exits holding a lock may leave its token to a later thread, which
+/// then gets FH_ERR_STATE instead of waiting: the lock was abandoned anyway).
 fn thread_token() -> u64 {
     THREAD_TOKEN.with(|t| t as *const u8 as u64)
 }
