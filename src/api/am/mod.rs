@@ -21,7 +21,7 @@ pub mod table;
 
 pub use table::*;
 
-use super::ctx::{CtxInner, State};
+use super::ctx::CtxInner;
 use super::stats::Stats;
 use super::wait::Source;
 use super::wire::{self, Category, Control, Frame, Head, Role};
@@ -116,27 +116,13 @@ impl CtxInner {
         long: Option<LongOut<'_>>,
     ) -> Result<()> {
         self.check_live()?;
-        self.am_request_any(dest, cat, handler, args, medium, long)
+        self.am_request_unchecked(dest, cat, handler, args, medium, long)
     }
 
-    /// A library protocol's request, also while the context finalizes (fh_finalize
-    /// still completes transfers, whose firehose moves and their answers travel
-    /// this way).
-    pub(crate) fn am_request_lib(
-        &self,
-        dest: usize,
-        cat: Category,
-        handler: u8,
-        args: &[u64],
-        medium: &[u8],
-    ) -> Result<()> {
-        if self.state.load(Ordering::Acquire) == State::Finalized as u8 {
-            return self.check_live();
-        }
-        self.am_request_any(dest, cat, handler, args, medium, None)
-    }
-
-    fn am_request_any(
+    /// [`Self::am_request`] without the check that the context is live: for a
+    /// library protocol whose caller checked the state itself (firehose moves and
+    /// their answers still travel while fh_finalize completes transfers).
+    pub(crate) fn am_request_unchecked(
         &self,
         dest: usize,
         cat: Category,

@@ -5,6 +5,7 @@
 //! its progress and RMA completion.
 
 use super::*;
+use crate::api::ctx::State;
 use crate::api::stall::Wait;
 use crate::api::wire::Category;
 use crate::firehose::host::{MoveHost, MoveMsg, Mover};
@@ -56,7 +57,11 @@ impl Mover for CtxInner {
             MoveMsg::Request => LibHandler::FhMove,
             MoveMsg::Answer => LibHandler::FhAnswer,
         };
-        self.am_request_lib(rank, Category::Medium, handler as u8, args, payload)
+        // Also while fh_finalize completes transfers (which may still need moves).
+        if self.state.load(Ordering::Acquire) == State::Finalized as u8 {
+            return self.check_live();
+        }
+        self.am_request_unchecked(rank, Category::Medium, handler as u8, args, payload, None)
     }
     fn wait_until(
         &self,
