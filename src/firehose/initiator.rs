@@ -324,6 +324,38 @@ impl<H: Mover> DaClient for RemoteReq<'_, H> {
     }
 }
 
+/// Acquire remote firehoses for the longest prefix of `[addr, addr+len)` on `rank`
+/// that one acquisition may cover ([`chunk`]; `local` is where the local side of the
+/// transfer starts). Returns the grant and the prefix's length.
+///
+/// A target may answer with smaller units than the table knew of (memory freed and
+/// mapped again without `fh_mem_invalidate`), so that the chunk needs more than f
+/// firehoses and the acquisition runs out: it is tried again at the size that fits
+/// now. The size only shrinks, so this ends.
+pub fn acquire_prefix<H: Mover>(
+    h: &H,
+    rank: usize,
+    addr: usize,
+    len: usize,
+    local: usize,
+    carry: Carry,
+    write: bool,
+) -> Result<(Grant, usize)> {
+    let mut c = chunk(h, rank, addr, len, local);
+    loop {
+        match acquire_remote(h, rank, addr, c, carry, write) {
+            Err(e) if e.status == Status::NoResource => {
+                let fits = chunk(h, rank, addr, len, local);
+                if fits >= c {
+                    return Err(e);
+                }
+                c = fits;
+            }
+            r => return r.map(|g| (g, c)),
+        }
+    }
+}
+
 /// Acquire remote firehoses for `[addr, addr+len)` on `rank` (one [`chunk`]).
 /// `carry`: a small transfer that may travel in the move on a miss. `write`: a put
 /// or an atomic (memory the target pinned read-only is refused).

@@ -201,9 +201,8 @@ impl CtxInner {
             return Ok(());
         }
         if rank != self.rank {
-            let c = initiator::chunk(self, rank, addr, len, addr);
-            if let Grant::Pins(p) =
-                initiator::acquire_remote(self, rank, addr, c, Carry::None, true)?
+            if let (Grant::Pins(p), _) =
+                initiator::acquire_prefix(self, rank, addr, len, addr, Carry::None, true)?
             {
                 initiator::release(self, p);
             }

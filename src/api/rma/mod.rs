@@ -29,7 +29,7 @@ use super::ctx::CtxInner;
 use super::moves::OpPins;
 use crate::bail;
 use crate::firehose::initiator::{self, Carry, Grant};
-use crate::runtime::error::{Result, Status};
+use crate::runtime::error::Result;
 use crate::runtime::os;
 
 impl RmaState {
@@ -267,7 +267,6 @@ impl CtxInner {
         }
         let mut off = 0;
         while off < nbytes {
-            let c = initiator::chunk(self, rank, remote + off, nbytes - off, local + off);
             // Remote side first, holding nothing local while it waits (a thread
             // waiting for firehoses while holding local pins, and one waiting for
             // local pins while holding firehoses, would wait for each other).
@@ -275,24 +274,28 @@ impl CtxInner {
                 Dir::Put => Carry::Put((local + off) as *const u8),
                 Dir::Get => Carry::Get((local + off) as *mut u8),
             };
-            let acquired = if remote_plain {
-                // Registered/heap target, local side pinned above.
-                Ok(Grant::Pins(OpPins {
-                    rank,
-                    remote: vec![],
-                    local: vec![],
-                }))
+            let (grant, c) = if remote_plain {
+                // Registered/heap target, local side pinned below.
+                let c = initiator::chunk(self, rank, remote + off, nbytes - off, local + off);
+                (
+                    Grant::Pins(OpPins {
+                        rank,
+                        remote: vec![],
+                        local: vec![],
+                    }),
+                    c,
+                )
             } else {
-                initiator::acquire_remote(self, rank, remote + off, c, carry, dir == Dir::Put)
+                initiator::acquire_prefix(
+                    self,
+                    rank,
+                    remote + off,
+                    nbytes - off,
+                    local + off,
+                    carry,
+                    dir == Dir::Put,
+                )?
             };
-            if matches!(&acquired, Err(e) if e.status == Status::NoResource)
-                && initiator::chunk(self, rank, remote + off, nbytes - off, local + off) < c
-            {
-                // The target answered with smaller units than the table knew of, and
-                // the chunk did not fit f firehoses: again, in the part that fits now.
-                continue;
-            }
-            let grant = acquired?;
             let (mut pins, carried) = match grant {
                 Grant::Done => (
                     OpPins {
