@@ -169,11 +169,14 @@ pub extern "C" fn fh_lock_release(lock: *mut fh_lock_t) -> c_int {
     })
 }
 
-/// Collective: destroy the lock. FH_ERR_STATE if this rank holds it (the handle stays
-/// valid then: release, then destroy). At the home, FH_ERR_STATE also if some rank
-/// held or wanted the lock when the home called it or when every rank had arrived
-/// (the lock is destroyed all the same: every later call on the handle, a holder's
-/// release included, is FH_ERR_STATE).
+/// Collective: destroy the lock once every rank has called this. FH_ERR_STATE if this
+/// rank holds it (the handle stays valid then: release, then destroy). Other ranks
+/// may still hold the lock while one calls this, as long as they release it before
+/// their own call (as with MPI_Win_unlock before MPI_Win_free). At the home,
+/// FH_ERR_STATE also if some rank still held or wanted the lock when every rank had
+/// arrived, which only another thread's acquire can cause (the lock is destroyed all
+/// the same: every later call on the handle, a holder's release included, is
+/// FH_ERR_STATE).
 /// Threads: one thread per rank; not concurrently with other calls on this lock. Not from AM handlers.
 #[no_mangle]
 pub extern "C" fn fh_lock_destroy(lock: *mut fh_lock_t) -> c_int {

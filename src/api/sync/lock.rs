@@ -256,8 +256,8 @@ impl CtxInner {
     /// is then dead whatever the result) and the result:
     /// - refused, lock kept, while this rank holds it or waits for it (it must release
     ///   first; its destroy would otherwise wait for ranks that wait for its release);
-    /// - at the home, `FH_ERR_STATE` when some rank held or wanted the lock at the
-    ///   home's call or after every rank arrived: destroyed all the same.
+    /// - at the home, `FH_ERR_STATE` when some rank held or wanted the lock after
+    ///   every rank arrived (another thread's acquire): destroyed all the same.
     pub fn lock_destroy(&self, l: &Lock) -> (bool, Result<()>) {
         let pre = (|| {
             self.check_live()?;
@@ -268,18 +268,14 @@ impl CtxInner {
                     "fh_lock_destroy: this rank holds the lock (release it first; the lock stays)"
                 );
             }
-            let tail = self.lock_word(l.home, l.id, TAIL)?;
-            // The home's view at its call: a destroy while someone holds the lock is
-            // the program's mistake even if the holder releases in time.
-            Ok((self.rank == l.home)
-                .then(|| self.word(l.home, tail, AtomicOp::Fetch))
-                .transpose()?
-                .unwrap_or(0))
+            Ok(())
         })();
-        let held_at_call = match pre {
-            Ok(t) => t,
-            Err(e) => return (false, Err(e)),
-        };
+        if let Err(e) = pre {
+            return (false, Err(e));
+        }
+        // Only what holds once every rank arrived counts: a rank may hold the lock
+        // while the home calls this, and release it before its own call (a correct
+        // program whose ranks finish at different times).
         if let Err(e) = self.barrier_named(
             (0x4c44_0000_0000_0000u64 | (l.home as u64) << 16 | l.id as u64) as i64,
             "fh_lock_destroy: which lock",
@@ -294,7 +290,7 @@ impl CtxInner {
             .lock_word(l.home, l.id, TAIL)
             .and_then(|t| self.word(l.home, t, AtomicOp::Fetch));
         let t = match after {
-            Ok(t) => t.max(held_at_call),
+            Ok(t) => t,
             Err(e) => return (true, Err(e)),
         };
         if t != 0 {
@@ -302,7 +298,7 @@ impl CtxInner {
                 true,
                 Err(err!(
                     State,
-                    "fh_lock_destroy: rank {} held or wanted the lock when its home destroyed it (destroyed all the same; release before destroying)",
+                    "fh_lock_destroy: rank {} held or wanted the lock after every rank had called fh_lock_destroy (destroyed all the same; release before destroying, and acquire on no other thread meanwhile)",
                     t - 1
                 )),
             );
