@@ -30,6 +30,9 @@ pub enum Access<'a> {
     Local(#[allow(dead_code)] RwLockReadGuard<'a, BTreeMap<usize, Region>>),
 }
 
+/// What a call that would let heap memory go is told to do instead.
+const GIVE_BACK: &str = "; give fh_malloc memory back with fh_free";
+
 impl CtxInner {
     pub fn malloc(&self, nbytes: usize) -> Result<usize> {
         self.check_live()?;
@@ -107,7 +110,7 @@ impl CtxInner {
             )
         })?;
         self.check_registration_room()?;
-        self.refuse_segment(addr, end, "fh_mem_register")?;
+        self.refuse_segment(addr, end, "fh_mem_register", "")?;
         if !os::Maps::read().allows(addr, len, os::Need::ReadWrite) {
             bail!(
                 Access,
@@ -224,14 +227,15 @@ impl CtxInner {
         let end = addr
             .checked_add(len)
             .ok_or_else(|| err!(InvalidArg, "range wraps around"))?;
-        self.refuse_segment(addr, end, "fh_mem_unregister")?;
+        self.refuse_segment(addr, end, "fh_mem_unregister", GIVE_BACK)?;
         let region = self.local_regs.remove_exact(addr, end)?;
         self.retract(addr, region)
     }
 
     /// The heap's segments are registered by the library for the context's life:
-    /// the registration calls refuse them and the first region.
-    fn refuse_segment(&self, addr: usize, end: usize, call: &str) -> Result<()> {
+    /// the registration calls refuse them and the first region. `advice` ends the
+    /// message ([`GIVE_BACK`] for the calls that would let memory go).
+    fn refuse_segment(&self, addr: usize, end: usize, call: &str, advice: &str) -> Result<()> {
         let (hb, hl) = self.conduit.heap();
         if (addr < hb + hl && end > hb) || self.segments.overlaps(addr, end) {
             bail!(
@@ -240,11 +244,7 @@ impl CtxInner {
                 call,
                 addr,
                 end,
-                if call == "fh_mem_register" {
-                    ""
-                } else {
-                    "; give fh_malloc memory back with fh_free"
-                }
+                advice
             );
         }
         Ok(())
@@ -260,7 +260,7 @@ impl CtxInner {
         let end = addr
             .checked_add(len)
             .ok_or_else(|| err!(InvalidArg, "range wraps around"))?;
-        self.refuse_segment(addr, end.max(addr + 1), "fh_mem_invalidate")?;
+        self.refuse_segment(addr, end.max(addr + 1), "fh_mem_invalidate", GIVE_BACK)?;
         let end = end.max(addr + 1);
         // Peers' moves for this memory wait until every holder of it was told.
         let q = self.fh_quiesce(addr, end);
