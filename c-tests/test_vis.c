@@ -205,6 +205,16 @@ static void bad_input(fh_ctx_t *ctx, int right, unsigned char *rarea, unsigned c
   fh_handle_t h = 123;
   if ((rc = fh_puti_nb(ctx, right, 1, (void *const *)&d.addr, 8, 2, (void *const *)&s.addr, 8, &h)) != FH_ERR_INVALID_ARG)
     FAIL("indexed totals 8 vs 16 gave %s", fh_strerror(rc));
+  /* Counts whose product with the piece size wraps around (2^61 x 8 = 2^64 = 0, and
+   * (2^61 + 2) x 8 = 16, equal to the other side's total): refused before any list
+   * is read (they once walked the short list until a fault). */
+  void *dl[1] = {rarea}, *sl[1] = {src};
+  if ((rc = fh_puti(ctx, right, (size_t)1 << 61, dl, 8, 1, sl, 0)) != FH_ERR_INVALID_ARG)
+    FAIL("an indexed count of 2^61 pieces of 8 bytes gave %s", fh_strerror(rc));
+  if ((rc = fh_puti(ctx, right, ((size_t)1 << 61) + 2, dl, 8, 1, sl, 16)) != FH_ERR_INVALID_ARG)
+    FAIL("an indexed count wrapping to a total of 16 gave %s", fh_strerror(rc));
+  if ((rc = fh_geti(ctx, 1, sl, 16, right, ((size_t)1 << 61) + 2, dl, 8)) != FH_ERR_INVALID_ARG)
+    FAIL("an indexed get count wrapping to a total of 16 gave %s", fh_strerror(rc));
   /* Nothing to move is fine, even with NULL lists. */
   CALL(fh_putv(ctx, right, 0, NULL, 0, NULL));
   CALL(fh_putv_nb(ctx, right, 0, NULL, 0, NULL, &h));

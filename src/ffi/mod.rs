@@ -187,6 +187,20 @@ pub(crate) unsafe fn ctx_finalize(p: *mut fh_ctx_t) -> Result<()> {
     r
 }
 
+/// Refuse a count no array of `T` can have (its bytes exceed `isize::MAX`, as a
+/// count that wrapped around does), before anything reads the list.
+fn check_count<T>(n: usize, what: &str) -> Result<()> {
+    match n.checked_mul(std::mem::size_of::<T>().max(1)) {
+        Some(b) if b <= isize::MAX as usize => Ok(()),
+        _ => Err(crate::err!(
+            InvalidArg,
+            "{}: count {} is larger than any list can be",
+            what,
+            n
+        )),
+    }
+}
+
 /// Build a slice from a C pointer + count, refusing NULL with a non-zero count.
 ///
 /// # Safety
@@ -195,6 +209,7 @@ pub(crate) unsafe fn slice<'a, T>(p: *const T, n: usize, what: &str) -> Result<&
     if n == 0 {
         return Ok(&[]);
     }
+    check_count::<T>(n, what)?;
     if p.is_null() {
         return Err(crate::err!(
             InvalidArg,
@@ -215,6 +230,7 @@ pub(crate) unsafe fn slice_mut<'a, T>(p: *mut T, n: usize, what: &str) -> Result
     if n == 0 {
         return Ok(&mut []);
     }
+    check_count::<T>(n, what)?;
     if p.is_null() {
         return Err(crate::err!(
             InvalidArg,
