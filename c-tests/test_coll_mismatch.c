@@ -7,6 +7,8 @@
  *    also counts on both sides of a collective chunk (2 doubles against 1.6 MB);
  *  - allgather with different sizes: every rank gets it;
  *  - reduce with a different count on the last rank: the root gets it;
+ *  - reduce and broadcast with a root out of range on the last rank: it gets
+ *    FH_ERR_BAD_RANK, the reduce's root FH_ERR_INVALID_ARG, and nobody waits;
  *  - broadcast with a different size on the last rank: that rank gets it, the root
  *    (which only sends) returns FH_OK;
  *  - broadcast across the node slots' 4 KiB: the last rank expecting 64 KiB gets
@@ -91,6 +93,23 @@ int main(int argc, char **argv) {
   if (me == 0) expect_rc(rc, FH_ERR_INVALID_ARG, "reduce at the root, counts differ", "fh_reduce");
   else CHECK(rc == FH_OK || rc == FH_ERR_INVALID_ARG, "reduce, counts differ: %d", rc);
   next_works("a reduce with different counts");
+
+  /* A root out of range on one rank (a typo in a stranger's program): that rank gets
+   * FH_ERR_BAD_RANK but still takes part, so the root hears of the failure instead
+   * of waiting for that rank for ever (it once left the call at once and wedged the
+   * job). */
+  rc = fh_reduce(ctx, me == last ? -1 : 0, src, dst, 2, FH_DOUBLE, FH_SUM);
+  if (me == last) expect_rc(rc, FH_ERR_BAD_RANK, "reduce, root -1 on this rank", "-1");
+  else if (me == 0) expect_rc(rc, FH_ERR_INVALID_ARG, "reduce at the root, another rank's root is -1", NULL);
+  else CHECK(rc == FH_OK || rc == FH_ERR_INVALID_ARG, "reduce, a root of -1 elsewhere: %d", rc);
+  next_works("a reduce with a root out of range on one rank");
+  {
+    char bb[16] = {0};
+    rc = fh_broadcast(ctx, me == last ? np : 0, bb, sizeof bb);
+    if (me == last) expect_rc(rc, FH_ERR_BAD_RANK, "broadcast, root np on this rank", "out of range");
+    else CHECK(rc == FH_OK || rc == FH_ERR_INVALID_ARG, "broadcast, a root of np elsewhere: %d", rc);
+  }
+  next_works("a broadcast with a root out of range on one rank");
 
   /* broadcast: the last rank expects more bytes. */
   char b[64] = {0};

@@ -2376,10 +2376,11 @@ int fh_barrier_try(struct fh_ctx_t *ctx, int64_t id, int flags);
  * its inbox when it ends (two ranks that both took themselves for the root, with more
  * than a few chunks), otherwise FH_OK, and the mismatch is reported on stderr and
  * by fh_poll once its next collective meets the leftover chunks.
- * Errors: FH_ERR_BAD_RANK (root out of range: this rank cannot take part; the others
- * wait for it, and their next collective fails once it makes one),
- * FH_ERR_INVALID_ARG (NULL buf with nbytes > 0: the other ranks get
- * FH_ERR_INVALID_ARG too), FH_ERR_NO_RESOURCE (no sync area: FH_HEAP_SIZE too small).
+ * Errors: FH_ERR_BAD_RANK (root out of range: this rank still takes part, with rank 0
+ * standing in for the root, so the call fails as for mismatched arguments and nobody
+ * waits for it), FH_ERR_INVALID_ARG (NULL buf with nbytes > 0: the ranks that would
+ * receive the data through this one return FH_ERR_INVALID_ARG too; others may return
+ * FH_OK), FH_ERR_NO_RESOURCE (no sync area: FH_HEAP_SIZE too small).
  * Threads: one thread per context at a time (FH_ERR_STATE otherwise). Not from AM handlers.
  */
 int fh_broadcast(struct fh_ctx_t *ctx, int root, void *buf, size_t nbytes);
@@ -2400,7 +2401,9 @@ int fh_broadcast(struct fh_ctx_t *ctx, int root, void *buf, size_t nbytes);
  * data of every rank travels to rank 0 and on to the root, and a rank that finds a
  * mismatch sends an error on instead, so the root and every rank on the way return
  * FH_ERR_INVALID_ARG; a rank whose data only leaves it may return FH_OK. Nobody
- * hangs; the next collective works.
+ * hangs; the next collective works. A root out of range is FH_ERR_BAD_RANK on that
+ * rank, which still takes part (rank 0 standing in for the root, moving no data), so
+ * the others fail as for mismatched arguments instead of waiting for it.
  * Threads: one thread per context at a time. Not from AM handlers.
  */
 int fh_reduce(struct fh_ctx_t *ctx,

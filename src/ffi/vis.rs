@@ -32,15 +32,6 @@ fn vector_side(n: usize, list: *const fh_memvec_t, what: &str) -> Result<Side> {
 
 /// An indexed side from a C list of addresses.
 fn indexed_side(n: usize, list: *const *mut c_void, len: usize, what: &str) -> Result<Side> {
-    if n.checked_mul(len).is_none() {
-        crate::bail!(
-            InvalidArg,
-            "{}: {} pieces of {} bytes overflow the address space",
-            what,
-            n,
-            len
-        );
-    }
     // SAFETY: as in `vector_side`.
     let l = unsafe { slice(list, n, what)? };
     let addrs: Vec<usize> = l.iter().map(|&p| p as usize).collect();

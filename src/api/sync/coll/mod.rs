@@ -226,11 +226,24 @@ impl CtxInner {
         r
     }
 
+    /// A collective's root, or, when out of range, rank 0 standing in with the
+    /// refusal: the call still takes part, failed, so the ranks that hear from this
+    /// one fail too and nobody waits for a rank that left (its call number is taken).
+    fn coll_root(&self, root: i64) -> (usize, Option<crate::runtime::error::Error>) {
+        match self.check_rank(root) {
+            Ok(r) => (r, None),
+            Err(e) => (0, Some(e)),
+        }
+    }
+
     /// `fh_broadcast`.
     pub fn broadcast(&self, root: i64, buf: usize, nbytes: usize) -> Result<()> {
         let mut st = self.coll_enter("fh_broadcast")?;
-        let root = self.check_rank(root)?;
+        let (root, bad_root) = self.coll_root(root);
         let mut call = self.call(&mut st, "fh_broadcast", K_BCAST, root, nbytes, (0, 0));
+        if let Some(e) = bad_root {
+            call.fail(e, self.rank);
+        }
         if let Err(e) = check_buf(buf, nbytes, "broadcast: buf") {
             call.fail(e, self.rank);
         }
@@ -438,10 +451,14 @@ impl CtxInner {
     ) -> Result<()> {
         let name = comb.call_name("fh_reduce", "fh_reduce_fn");
         let mut st = self.coll_enter(name)?;
-        let root = self.check_rank(root)?;
-        let at_root = (self.rank == root).then_some(dst);
+        let (root, bad_root) = self.coll_root(root);
+        let at_root = (self.rank == root && bad_root.is_none()).then_some(dst);
         let how = (K_REDUCE, root, count, comb);
-        let (mut call, nbytes) = self.red_call(&mut st, name, how, src, at_root);
+        let (mut call, mut nbytes) = self.red_call(&mut st, name, how, src, at_root);
+        if let Some(e) = bad_root {
+            call.fail(e, self.rank);
+            nbytes = 0;
+        }
         if self.size == 1 {
             return self.red_alone(&mut st, call, src, dst, nbytes);
         }
