@@ -227,6 +227,9 @@ extra test_churn 8 - FH_CMA=0
 # calls fh_finalize (a put was lost 3 times in 10 launches before it waited for them).
 for np in 2 8; do extra test_finalize_nbi "$np" - FH_CMA=0; done
 extra test_finalize_nbi 4 - FH_SHM=0 FH_CMA=0
+# AMs and their replies in flight at fh_finalize: off the node mapping and the kernel copy.
+extra test_finalize_am 8 - FH_SHM=0
+extra test_finalize_am 8 - FH_CMA=0
 # Memory freed and allocated again without fh_mem_invalidate, reached through
 # firehose (a transfer over the old mappings' small units needed more than f).
 for np in 2 8; do extra test_remalloc "$np" - FH_SHM=0; done

@@ -340,6 +340,16 @@ impl Context {
                 return Err(e);
             }
         }
+        // Every rank is here; AMs (and the replies their handlers send) may still be
+        // in flight: serve them until none is.
+        if let Err(e) = inner.am_quiesce(&mut watch) {
+            if e.status == crate::runtime::error::Status::Transport {
+                inner.state.store(State::Finalized as u8, Ordering::Release);
+                inner.conduit.abandon();
+                return Err(e);
+            }
+            note(Err(e));
+        }
         if inner.cfg.stats {
             eprint!("{}", inner.stats_summary());
         }

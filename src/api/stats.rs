@@ -65,6 +65,10 @@ pub struct HotShard {
     pub hits: AtomicU64,
     /// Library calls (for the periodic poll of non-blocking calls).
     pub calls: AtomicU64,
+    /// AM frames handed to the conduit, and taken in by `dispatch` (every kind:
+    /// requests, replies, control; `fh_finalize` waits until the job's sums agree).
+    pub frames_out: AtomicU64,
+    pub frames_in: AtomicU64,
 }
 
 pub struct Hot {

@@ -46,7 +46,7 @@ pub struct Caps {
     pub registrations_fix: &'static str,
     /// The local side of a put/get must be registered too (a strict RDMA NIC).
     pub local_registration: bool,
-    /// [`Conduit::max3_start`] is implemented (a non-blocking reduction).
+    /// [`Conduit::reduce3_start`] is implemented (a non-blocking reduction).
     pub reduction: bool,
     /// The transport's own blocking calls can serve the library while they wait
     /// (the MPI conduit, through the interposed blocking MPI calls).
@@ -176,6 +176,13 @@ pub unsafe fn cpu_atomic(p: *mut u8, w: Width, op: AtomicOp) -> u64 {
             Width::W64 => run!(AtomicU64::from_ptr(p as *mut u64), u64),
         }
     }
+}
+
+/// The elementwise operation of [`Conduit::reduce3_start`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reduce3 {
+    Max,
+    Sum,
 }
 
 pub trait Conduit: Send + Sync {
@@ -397,9 +404,10 @@ pub trait Conduit: Send + Sync {
         false
     }
 
-    /// Optional capability: start an elementwise maximum of three words over every
-    /// rank, completed by [`Conduit::max3_test`] (a barrier that carries ids).
-    fn max3_start(&self, _v: [u64; 3]) -> Result<()> {
+    /// Optional capability: start an elementwise reduction (`op`) of three words over
+    /// every rank, completed by [`Conduit::reduce3_test`] (the maximum: a barrier that
+    /// carries ids; the sum: counting frames in flight at finalize). One at a time.
+    fn reduce3_start(&self, _op: Reduce3, _v: [u64; 3]) -> Result<()> {
         Err(crate::err!(
             Unsupported,
             "the {} conduit has no non-blocking reduction",
@@ -407,7 +415,7 @@ pub trait Conduit: Send + Sync {
         ))
     }
     /// The reduction's result once complete.
-    fn max3_test(&self) -> Result<Option<[u64; 3]>> {
+    fn reduce3_test(&self) -> Result<Option<[u64; 3]>> {
         Err(crate::err!(Unsupported, "no reduction in progress"))
     }
 

@@ -249,6 +249,7 @@ impl CtxInner {
                 wire::encode_into(dst, &h, args, payload)
             })
         {
+            self.count(&self.hot.shard().frames_out, 1);
             self.bells.ring(dest);
             return Ok(None);
         }
@@ -256,8 +257,9 @@ impl CtxInner {
         let frame = wire::encode(self.conduit.frame_buffer(), headroom, &h, args, payload);
         let sent = self.conduit.am_send(dest, frame, long);
         self.bells.ring(dest);
-        if sent.is_err() {
-            self.am.peers[dest].give_back(h.credits, self.concurrent);
+        match &sent {
+            Ok(_) => self.count(&self.hot.shard().frames_out, 1),
+            Err(_) => self.am.peers[dest].give_back(h.credits, self.concurrent),
         }
         sent
     }
@@ -297,8 +299,43 @@ impl CtxInner {
         self.local_regs.lookup(addr, len, None).is_some() && os::is_mapped(addr, len)
     }
 
+    /// `fh_finalize`'s last step for AMs: rounds of a job-wide sum of the frames each
+    /// rank sent and took in, serving meanwhile, until two rounds in a row give the
+    /// same sums and they are equal (Mattern's four-counter method): then no frame
+    /// is in flight and no handler will send one, so nothing sent before or during
+    /// the finalize is lost when the transport closes. Conduits without a
+    /// non-blocking sum skip it.
+    pub(crate) fn am_quiesce(&self, watch: &mut super::stall::Watch<'_>) -> Result<()> {
+        use crate::conduit::Reduce3;
+        let mut last = None;
+        loop {
+            let v = [
+                self.hot.sum(|s| &s.frames_out),
+                self.hot.sum(|s| &s.frames_in),
+                0,
+            ];
+            match self.conduit.reduce3_start(Reduce3::Sum, v) {
+                Err(e) if e.status == Status::Unsupported => return Ok(()),
+                r => r?,
+            }
+            let got = loop {
+                let _ = self.progress_once();
+                if let Some(g) = self.conduit.reduce3_test()? {
+                    break g;
+                }
+                self.conduit.idle();
+                watch.round()?;
+            };
+            if got[0] == got[1] && last == Some(got) {
+                return Ok(());
+            }
+            last = Some(got);
+        }
+    }
+
     /// Entry point for every arrived frame (called by the conduit's poll).
     pub(crate) fn dispatch(&self, src: usize, bytes: &mut [u8], long: Option<&mut dyn LongIn>) {
+        self.count(&self.hot.shard().frames_in, 1);
         let f = match wire::decode(bytes) {
             Ok(f) => f,
             Err(why) => {

@@ -144,7 +144,8 @@ impl CtxInner {
                     Val::Named(x) => (1, x, !x),
                     _ => (0, 0, 0),
                 };
-                self.conduit.max3_start([v0, v1, v2])?;
+                self.conduit
+                    .reduce3_start(crate::conduit::Reduce3::Max, [v0, v1, v2])?;
                 Step::Transport
             }
         };
@@ -248,7 +249,7 @@ impl CtxInner {
                         None => break None,
                     }
                 }
-                Step::Transport => match self.conduit.max3_test()? {
+                Step::Transport => match self.conduit.reduce3_test()? {
                     Some([named, hi, nlo]) => {
                         break Some(if named == 0 {
                             Val::Anon

@@ -16,7 +16,7 @@ pub enum Algo {
     Dissemination,
     Tree,
     /// The transport's own barrier: a nonblocking max-reduction
-    /// (`Conduit::max3_start`; `MPI_Iallreduce` on the MPI conduit). Named "mpi"
+    /// (`Conduit::reduce3_start`; `MPI_Iallreduce` on the MPI conduit). Named "mpi"
     /// in `FH_BARRIER`.
     Transport,
 }

@@ -138,7 +138,7 @@ pub(crate) enum Step {
     Gather { got: u32 },
     /// Tree: arrival sent to the parent; waiting for the release.
     Release,
-    /// The transport's reduction in flight (`Conduit::max3_test`).
+    /// The transport's reduction in flight (`Conduit::reduce3_test`).
     Transport,
     /// Node barrier: notified; waiting for the node's release (`node`).
     NodeWait,

@@ -518,12 +518,12 @@ impl Conduit for MpiConduit {
         MpiConduit::peer_exited(self, rank)
     }
 
-    fn max3_start(&self, v: [u64; 3]) -> Result<()> {
-        self.start_max3(v)
+    fn reduce3_start(&self, op: crate::conduit::Reduce3, v: [u64; 3]) -> Result<()> {
+        self.start_reduce3(op, v)
     }
 
-    fn max3_test(&self) -> Result<Option<[u64; 3]>> {
-        self.test_max3()
+    fn reduce3_test(&self) -> Result<Option<[u64; 3]>> {
+        self.test_reduce3()
     }
 
     fn describe_now(&self) -> Vec<String> {

@@ -370,8 +370,8 @@ impl MpiConduit {
         Ok(())
     }
 
-    /// Start `MPI_Iallreduce(MPI_MAX)` of `v` over the communicator.
-    pub(super) fn start_max3(&self, v: [u64; 3]) -> Result<()> {
+    /// Start `MPI_Iallreduce` (`MPI_MAX` or `MPI_SUM`) of `v` over the communicator.
+    pub(super) fn start_reduce3(&self, op: crate::conduit::Reduce3, v: [u64; 3]) -> Result<()> {
         let _s = self.serial();
         let mut g = self.max3.lock();
         if g.is_some() {
@@ -390,7 +390,10 @@ impl MpiConduit {
                 buf.as_mut_ptr().add(3) as *mut c_void,
                 3,
                 ffi::RSMPI_UINT64_T,
-                ffi::RSMPI_MAX,
+                match op {
+                    crate::conduit::Reduce3::Max => ffi::RSMPI_MAX,
+                    crate::conduit::Reduce3::Sum => ffi::RSMPI_SUM,
+                },
                 self.sync_comm.0,
                 &mut req,
             )
@@ -400,8 +403,8 @@ impl MpiConduit {
         Ok(())
     }
 
-    /// Test the reduction `start_max3` began; its result once complete.
-    pub(super) fn test_max3(&self) -> Result<Option<[u64; 3]>> {
+    /// Test the reduction `start_reduce3` began; its result once complete.
+    pub(super) fn test_reduce3(&self) -> Result<Option<[u64; 3]>> {
         let _s = self.serial();
         let mut g = self.max3.lock();
         let Some((req, buf)) = g.as_mut() else {
