@@ -172,24 +172,36 @@ static int world_of(int image) {
   return w;
 }
 
+/* Whether an allocated left-hand side has the remote section's shape (an allocatable
+ * of another shape is reallocated, F2018 10.2.1.3, not only one of another size). */
+static bool same_shape(gfc_desc_t *dst, const caf_sect_t *s) {
+  for (int i = 0; i < dst->dtype.rank; i++) {
+    ptrdiff_t e = i < s->rank ? s->ext[i] : 1;
+    if (dst->dim[i].ubound - dst->dim[i].lbound + 1 != e) return false;
+  }
+  return desc_elems(dst) == s->n;
+}
+
 /* An unallocated (NULL) left-hand side that the assignment may allocate: give it the
- * shape of the remote section, lower bounds 1. */
+ * shape of the remote section, lower bounds 1 (so the offset is minus the sum of the
+ * strides). */
 static void allocate_like(gfc_desc_t *dst, const caf_sect_t *s) {
   int rank = dst->dtype.rank;
   size_t n = 1;
-  ptrdiff_t stride = 1;
+  ptrdiff_t stride = 1, offset = 0;
   for (int i = 0; i < rank; i++) {
     ptrdiff_t e = i < s->rank ? s->ext[i] : 1;
     dst->dim[i].lbound = 1;
     dst->dim[i].ubound = e;
     dst->dim[i].stride = stride;
+    offset -= stride; /* -(lbound * stride), lbound 1 */
     stride *= e;
     n *= (size_t)e;
   }
   size_t esz = dst->dtype.elem_len ? dst->dtype.elem_len : s->esz;
   dst->dtype.elem_len = esz;
   dst->span = (ptrdiff_t)esz;
-  dst->offset = rank ? -1 : 0;
+  dst->offset = offset;
   dst->base_addr = malloc((n ? n : 1) * esz);
 }
 
@@ -210,7 +222,7 @@ void _gfortran_caf_get_by_ref(void *token, int image_index, gfc_desc_t *dst,
     return;
   }
   if (rc == FH_OK) {
-    if (!dst->base_addr || (dst_reallocatable && desc_elems(dst) != wk.s.n)) {
+    if (!dst->base_addr || (dst_reallocatable && !same_shape(dst, &wk.s))) {
       if (dst->base_addr && dst_reallocatable) free(dst->base_addr);
       allocate_like(dst, &wk.s);
     }

@@ -1,6 +1,8 @@
 ! Derived types with allocatable components on remote images (the by-reference calls):
 ! a gather of variable-size allocatable components, puts into remote components,
-! static array components, ALLOCATED() of a remote component, image-to-image copies.
+! static array components, ALLOCATED() of a remote component, image-to-image copies,
+! a rank-2 allocatable component taken into an unallocated array and into one of
+! another shape (allocation on assignment: the result is indexed element by element).
 program caf_derived
   use caf_check
   implicit none
@@ -9,12 +11,14 @@ program caf_derived
     real(8) :: m(3, 4) = 0
     integer, allocatable :: v(:)
     real, allocatable :: s
+    real, allocatable :: g(:, :)
   end type
   type(bag) :: b[*]
   integer :: me, np, i, j, right
   integer, allocatable :: got(:)
   real(8) :: row(4)
-  real :: sv
+  real :: sv, total
+  real, allocatable :: g2(:, :), g3(:, :)
 
   me = this_image()
   np = num_images()
@@ -25,6 +29,25 @@ program caf_derived
   b%v = [(100 * me + i, i = 1, 3 * me)]
   b%m = reshape([(dble(10 * me + i), i = 1, 12)], [3, 4])
   if (mod(me, 2) == 1) allocate(b%s, source=real(me))
+  allocate(b%g(2, 3))
+  b%g = reshape([(real(10 * me + i), i = 1, 6)], [2, 3])
+  sync all
+
+  ! a rank-2 component into an unallocated array, read element by element (its
+  ! descriptor's offset once assumed rank 1), then into an array of another shape
+  g2 = b[right]%g
+  total = 0
+  do j = 1, 3
+    do i = 1, 2
+      total = total + g2(i, j)
+    end do
+  end do
+  call check(total == sum([(real(10 * right + i), i = 1, 6)]), 'rank-2 component, indexed')
+  call check(g2(2, 3) == real(10 * right + 6), 'rank-2 component, last element')
+  allocate(g3(3, 2))
+  g3 = b[right]%g
+  call check(all(shape(g3) == [2, 3]), 'rank-2 component into another shape')
+  call check(g3(1, 2) == real(10 * right + 3), 'rank-2 component into another shape, element')
   sync all
 
   ! gather every image's variable-size component
