@@ -415,7 +415,7 @@ pub trait Conduit: Send + Sync {
         ))
     }
     /// The reduction's result once complete.
-    fn reduce3_test(&self) -> Result<Option<[u64; 3]>> {
+    fn reduce3_test(&self, _op: Reduce3) -> Result<Option<[u64; 3]>> {
         Err(crate::err!(Unsupported, "no reduction in progress"))
     }
 

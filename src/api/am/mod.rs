@@ -320,7 +320,7 @@ impl CtxInner {
             }
             let got = loop {
                 let _ = self.progress_once();
-                if let Some(g) = self.conduit.reduce3_test()? {
+                if let Some(g) = self.conduit.reduce3_test(Reduce3::Sum)? {
                     break g;
                 }
                 self.conduit.idle();

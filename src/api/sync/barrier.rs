@@ -249,7 +249,7 @@ impl CtxInner {
                         None => break None,
                     }
                 }
-                Step::Transport => match self.conduit.reduce3_test()? {
+                Step::Transport => match self.conduit.reduce3_test(crate::conduit::Reduce3::Max)? {
                     Some([named, hi, nlo]) => {
                         break Some(if named == 0 {
                             Val::Anon

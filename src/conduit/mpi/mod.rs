@@ -161,6 +161,8 @@ pub struct MpiConduit {
     /// `MPI_Iallreduce(MAX)` of three words in flight (FH_BARRIER=mpi): request and
     /// the in/out buffers it uses (boxed: they must not move while it runs).
     max3: Mutex<Option<Max3>>,
+    /// `MPI_Iallreduce(SUM)` of finalize's frame counts (on the AM communicator).
+    sum3: Mutex<Option<Max3>>,
     /// Held around MPI calls when the thread level is below MULTIPLE.
     serial: Option<ReentrantMutex<()>>,
     max_long: usize,
@@ -522,8 +524,8 @@ impl Conduit for MpiConduit {
         self.start_reduce3(op, v)
     }
 
-    fn reduce3_test(&self) -> Result<Option<[u64; 3]>> {
-        self.test_reduce3()
+    fn reduce3_test(&self, op: crate::conduit::Reduce3) -> Result<Option<[u64; 3]>> {
+        self.test_reduce3(op)
     }
 
     fn describe_now(&self) -> Vec<String> {

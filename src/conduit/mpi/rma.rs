@@ -370,10 +370,17 @@ impl MpiConduit {
         Ok(())
     }
 
-    /// Start `MPI_Iallreduce` (`MPI_MAX` or `MPI_SUM`) of `v` over the communicator.
+    /// Start `MPI_Iallreduce` (`MPI_MAX` or `MPI_SUM`) of `v`: the maximum (a
+    /// barrier's) on the sync communicator, the sum (finalize's count of frames, after
+    /// the AM communicator's last barrier) on the AM communicator, each in its own
+    /// slot, so a barrier left pending at finalize cannot pair with the count.
     pub(super) fn start_reduce3(&self, op: crate::conduit::Reduce3, v: [u64; 3]) -> Result<()> {
         let _s = self.serial();
-        let mut g = self.max3.lock();
+        let (slot, comm) = match op {
+            crate::conduit::Reduce3::Max => (&self.max3, self.sync_comm.0),
+            crate::conduit::Reduce3::Sum => (&self.sum3, self.am_comm.0),
+        };
+        let mut g = slot.lock();
         if g.is_some() {
             bail!(
                 State,
@@ -394,7 +401,7 @@ impl MpiConduit {
                     crate::conduit::Reduce3::Max => ffi::RSMPI_MAX,
                     crate::conduit::Reduce3::Sum => ffi::RSMPI_SUM,
                 },
-                self.sync_comm.0,
+                comm,
                 &mut req,
             )
         };
@@ -403,10 +410,13 @@ impl MpiConduit {
         Ok(())
     }
 
-    /// Test the reduction `start_reduce3` began; its result once complete.
-    pub(super) fn test_reduce3(&self) -> Result<Option<[u64; 3]>> {
+    /// Test the reduction `start_reduce3` began with `op`; its result once complete.
+    pub(super) fn test_reduce3(&self, op: crate::conduit::Reduce3) -> Result<Option<[u64; 3]>> {
         let _s = self.serial();
-        let mut g = self.max3.lock();
+        let mut g = match op {
+            crate::conduit::Reduce3::Max => self.max3.lock(),
+            crate::conduit::Reduce3::Sum => self.sum3.lock(),
+        };
         let Some((req, buf)) = g.as_mut() else {
             bail!(State, "no MPI barrier in progress");
         };

@@ -409,6 +409,7 @@ impl MpiConduit {
             node,
             barrier: Mutex::new(None),
             max3: Mutex::new(None),
+            sum3: Mutex::new(None),
             // SINGLE/FUNNELED: the program promises one thread calls MPI (and we start no
             // thread), so no lock is needed. SERIALIZED: threads may call us one
             // at a time as far as they know, so we serialise our own MPI calls.
@@ -449,6 +450,11 @@ impl MpiConduit {
                 }));
                 let mut w = w.0;
                 note(check(ffi::MPI_Win_free(&mut w), || "MPI_Win_free".into()));
+            }
+            // A frame count left pending (finalize gave up on it): MPI may still
+            // write its buffer.
+            if let Some(pending) = self.sum3.lock().take() {
+                std::mem::forget(pending);
             }
             for c in [self.am_comm, self.rma_comm, self.prog_comm] {
                 let mut c = c.0;
