@@ -87,7 +87,9 @@ impl CtxInner {
         // with FH_ERR_ACCESS); the transport then operates on it one-sidedly.
         match initiator::acquire_remote(self, r, addr, len, Carry::None, true)? {
             Grant::Pins(p) => {
-                let v = self.conduit.atomic(r, addr, w, op);
+                let v = self
+                    .still_mapped(r, addr, len)
+                    .and_then(|()| self.conduit.atomic(r, addr, w, op));
                 initiator::release(self, p);
                 v
             }
@@ -100,6 +102,35 @@ impl CtxInner {
 }
 
 impl CtxInner {
+    /// A word the target pinned may have been unmapped there since (memory freed
+    /// without `fh_mem_invalidate`): the transport's atomic would then fault the
+    /// target inside its MPI progress. Where the kernel's single copy reaches the
+    /// target, read the word first: an unmapped or `PROT_NONE` word is
+    /// `FH_ERR_ACCESS` here instead. (A word made read-only after it was pinned is
+    /// not caught: a read cannot tell.)
+    fn still_mapped(&self, r: usize, addr: usize, len: usize) -> Result<()> {
+        let mut word = [0u8; 8];
+        debug_assert!(len <= word.len());
+        // SAFETY: `word` is a local buffer of 8 >= len writable bytes.
+        let read = unsafe {
+            self.conduit
+                .copy_any(r, false, addr, word.as_mut_ptr() as usize, len)
+        };
+        match read {
+            Some(Err(e)) if e.status == crate::runtime::error::Status::Access => Err(err!(
+                Access,
+                "atomic on [{:#x}, +{}) of rank {}: that memory is no longer mapped there (freed \
+                 or unmapped without fh_mem_invalidate?): {}",
+                addr,
+                len,
+                r,
+                e.msg
+            )),
+            Some(Err(e)) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// One operation on a 64-bit word of the library's sync area (or heap) of `rank`,
     /// without the public checks (the caller computed the address). Same atomicity
     /// as [`CtxInner::atomic`].
