@@ -392,6 +392,16 @@ static void errors(void) {
   CHECK_RC(fh_lock_create(ctx, np, &l), FH_ERR_BAD_RANK);
   CHECK_RC(fh_lock_create(ctx, -1, &l), FH_ERR_BAD_RANK);
   CHECK(l == sentinel, "failed fh_lock_create wrote lock_out");
+  /* A home that is no rank on the last rank only: it gets FH_ERR_BAD_RANK and the
+   * others FH_ERR_INVALID_ARG (the ranks disagree), and the next create pairs up
+   * (the bad rank once left at once: the others then created a lock it did not
+   * have, or paired its next create with this one, and hung). */
+  if (np > 1) {
+    int rc = fh_lock_create(ctx, me == np - 1 ? -1 : 0, &l);
+    CHECK(rc == (me == np - 1 ? FH_ERR_BAD_RANK : FH_ERR_INVALID_ARG),
+          "a home of -1 on the last rank only gave %s", fh_strerror(rc));
+    CHECK(l == sentinel, "failed fh_lock_create wrote lock_out");
+  }
 
   /* Release without holding; twice. */
   CHECK_OK(fh_lock_create(ctx, 0, &l));

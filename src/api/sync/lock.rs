@@ -29,6 +29,12 @@ const NEXT: usize = 0;
 const LOCKED: usize = 8;
 const TAIL: usize = 16;
 
+/// What `fh_lock_create`'s barrier checks, for its message.
+const CREATE_WHAT: &str = "fh_lock_create: home rank or creation order";
+/// The barrier name of a create whose home is out of range (the lock slot bits, all
+/// ones, are beyond every slot id).
+const BAD_HOME: i64 = 0x4c4b_0000_0000_ffff;
+
 impl CtxInner {
     fn lock_word(&self, rank: usize, id: usize, off: usize) -> Result<usize> {
         Ok(self.area()?.lock_line(self.area_base(rank), id) + off)
@@ -38,8 +44,18 @@ impl CtxInner {
     pub fn lock_create(&self, home: i64) -> Result<Lock> {
         self.check_live()?;
         crate::api::am::check_not_in_handler("fh_lock_create")?;
-        let home = self.check_rank(home)?;
         self.area()?;
+        let home = match self.check_rank(home) {
+            Ok(h) => h,
+            Err(e) => {
+                // Take part in the creation's barrier all the same, under a name no
+                // good home gives: the others fail with "the ranks disagree" instead
+                // of pairing this call with our next create (or creating a lock we
+                // do not have). Ranks that all passed a bad home agree and fail here.
+                let _ = self.barrier_named(BAD_HOME, CREATE_WHAT);
+                return Err(e);
+            }
+        };
         let id = {
             let mut g = self.sync.locks.lock();
             if g.used.len() < MAX_LOCKS {
@@ -77,7 +93,7 @@ impl CtxInner {
             // barrier also catches ranks that disagree on the home or the order.
             self.barrier_named(
                 (0x4c4b_0000_0000_0000u64 | (home as u64) << 16 | id as u64) as i64,
-                "fh_lock_create: home rank or creation order",
+                CREATE_WHAT,
             )
         })();
         if let Err(e) = r {
