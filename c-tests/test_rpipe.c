@@ -33,7 +33,8 @@
  *     not wait for the peer; test_rpipe_close_order closes in other orders.)
  *  f. close: calls on a closed handle give FH_ERR_STATE (rmem NULL); a writer blocked
  *     in rpipe_rmalloc fails with FH_ERR_STATE when the reader closes, a reader blocked
- *     in rpipe_rread on an empty pipe when the writer closes; a reader reads
+ *     in rpipe_rread on an empty pipe when the writer closes; once the reader's
+ *     close arrived, the writer's rwrite and rmalloc fail even with room left; a reader reads
  *     what was written before the writer closed, then rpipe_rread fails with
  *     FH_ERR_STATE (push and pull); closing with messages unread works and the pair
  *     opens again; 40 open/close cycles of a 4 MiB pipe leak no library heap.
@@ -738,6 +739,30 @@ static void close_tests(int peer, int writer) {
     CHECK_OK(rpipe_close(p));
   }
   check_dead(p, a);
+  ++pipe_no;
+
+  /* f2c: the reader closes with room left in the pipe. Once its close has arrived,
+   * the writer's rpipe_rwrite of a message allocated before and its next
+   * rpipe_try_rmalloc are refused with FH_ERR_STATE (both once returned FH_OK while
+   * room was left, and the message was silently lost). */
+  CHECK_OK(rpipe_open(ctx, peer, role, 65536, RPIPE_HALF_DUPLEX, RPIPE_NEXT_FIT, &p));
+  if (writer) {
+    rpipe_addr_t pre;
+    CHECK_OK(rpipe_rmalloc(p, 64, &pre));
+    memset(rpipe_rmem(p, pre), 5, 64);
+    pair_sync(peer); /* the reader has closed */
+    for (int i = 0; i < 200; i++) { /* let its close arrive */
+      CHECK_OK(fh_poll(ctx));
+      usleep(500);
+    }
+    CHECK_RC(rpipe_rwrite(p, pre), FH_ERR_STATE);
+    CHECK_RC(rpipe_try_rmalloc(p, 8, &a), FH_ERR_STATE);
+    CHECK_RC(rpipe_rmalloc(p, 8, &a), FH_ERR_STATE);
+    CHECK_OK(rpipe_close(p));
+  } else {
+    CHECK_OK(rpipe_close(p));
+    pair_sync(peer);
+  }
   ++pipe_no;
 
   /* f2b: a reader blocked in rpipe_rread on an empty pipe fails when the writer closes. */

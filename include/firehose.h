@@ -2158,8 +2158,8 @@ int rpipe_open(struct fh_ctx_t *ctx,
  * Allocate `nbytes` (0 allowed) in the peer's heap; `*addr_out` names it on both
  * ends. Blocks, progressing, while the heap is full of messages the reader has not
  * freed yet (flow control). Errors: FH_ERR_INVALID_ARG (nbytes > the pipe's width:
- * it can never fit), FH_ERR_STATE (reader-only end, closed pipe, or the peer closed
- * its end while this waited).
+ * it can never fit), FH_ERR_STATE (reader-only end, closed pipe, or the peer's close
+ * has arrived: nothing written now would be read, even where room is left).
  * Threads: any thread, concurrently with other calls on the pipe (they serialise
  * on it; MPI_THREAD_MULTIPLE, below it one thread at a time per the MPI thread
  * level). Not from AM handlers.
@@ -2188,7 +2188,8 @@ void *rpipe_rmem(struct rpipe_t *p, rpipe_addr_t addr);
  * zero-copy RDMA of the data, completed, then the notice the reader polls for
  * (pull mode: the notice only). Returns when both are complete at the reader; the
  * space belongs to the reader until it frees it. Errors: FH_ERR_INVALID_ARG (not an
- * address from rpipe_rmalloc on this end, already written, or freed).
+ * address from rpipe_rmalloc on this end, already written, or freed), FH_ERR_STATE
+ * (the peer's close has arrived: the message is not sent, nobody would read it).
  * Threads: any thread, concurrently with other calls on the pipe (messages are
  * ordered by when their rpipe_rwrite took the pipe; MPI_THREAD_MULTIPLE, below it
  * one thread at a time per the MPI thread level). Not from AM handlers.

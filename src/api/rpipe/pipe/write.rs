@@ -123,12 +123,18 @@ impl Pipe {
     }
 
     /// One allocation attempt (syncing the free map as the policy says); an error
-    /// once the peer closed and no room is left.
+    /// once the peer closed.
     fn alloc_or_closed(&self, nbytes: usize, counted: &mut bool) -> Result<Option<u64>> {
         let immediate = matches!(self.policy, Policy::BestFit | Policy::WorstFit);
-        // Loaded before the attempt: if the peer had closed by then, its last
-        // frees are already visible to the sync below.
-        let peer_closed = self.peer_closed.load(Ordering::Acquire);
+        if self.peer_closed.load(Ordering::Acquire) {
+            // Nobody will read what is written now: refuse at once (space left over
+            // once let such messages through, and they were silently lost).
+            bail!(
+                State,
+                "rank {} closed the pipe: nothing written now would be read",
+                self.peer
+            );
+        }
         {
             let mut g = self.inner.lock();
             let Inner { tx, stats, .. } = &mut *g;
@@ -150,13 +156,6 @@ impl Pipe {
                 *counted = true;
                 stats.rmalloc_waits += 1;
             }
-        }
-        if peer_closed {
-            bail!(
-                State,
-                "rank {} closed the pipe: the space it still holds will never be freed",
-                self.peer
-            );
         }
         Ok(None)
     }
@@ -220,6 +219,13 @@ impl Pipe {
     pub fn rwrite(&self, addr: u64) -> Result<()> {
         self.live()?;
         am::check_not_in_handler("rpipe_rwrite")?;
+        if self.peer_closed.load(Ordering::Acquire) {
+            bail!(
+                State,
+                "rank {} closed the pipe: this message would never be read, so it is not sent",
+                self.peer
+            );
+        }
         let mut g = self.inner.lock();
         let Side::Tx(off) = self.decode(&g, addr)? else {
             bail!(
