@@ -77,6 +77,12 @@ static bool is_sync_object(caf_register_t type) {
 static int register_collective(caf_token_t *t, size_t size, int *stat, char *errmsg,
                                size_t errmsg_len) {
   caf_team_t *team = caf.current;
+  /* F2018 9.7.4: with an image of the team stopped, STAT_STOPPED_IMAGE (the exchange
+   * below would wait for it for ever). */
+  for (int i = 0; i < team->size && caf_any_stopped(); i++)
+    if (caf_stopped(team->world[i]))
+      return caf_report(stat, errmsg, errmsg_len, CAF_STAT_STOPPED_IMAGE,
+                        "coarray allocation: image %d of the team has stopped", i + 1);
   t->size = size;
   t->local = alloc_shared(size ? size : 1, &t->mem);
   void *mine = t->local;

@@ -1,12 +1,15 @@
 ! STOP on one image while the others continue: their next SYNC ALL with STAT= reports
 ! STAT_STOPPED_IMAGE (and does not hang), STOPPED_IMAGES / IMAGE_STATUS name the
-! image, SYNC IMAGES with it reports it, and the job still ends with exit status 0.
+! image, SYNC IMAGES with it reports it, ALLOCATE of a coarray with STAT= reports it
+! (it once waited for the stopped image for ever), and the job still ends with exit
+! status 0.
 program caf_stop
   use caf_check
   use iso_fortran_env, only: stat_stopped_image
   implicit none
   integer :: me, np, s, x[*], i
   integer, allocatable :: gone(:)
+  integer, allocatable :: y(:)[:]
   real :: r
 
   me = this_image()
@@ -35,6 +38,8 @@ program caf_stop
     sync images(np, stat=s)
     call check(s == stat_stopped_image, 'SYNC IMAGES with a stopped image')
   end if
+  allocate(y(10)[*], stat=s)
+  call check(s == stat_stopped_image, 'ALLOCATE of a coarray with a stopped image')
   ! the live images keep working together
   if (me /= 1) x[1] = 1
   sync all(stat=s)
