@@ -219,13 +219,6 @@ impl Pipe {
     pub fn rwrite(&self, addr: u64) -> Result<()> {
         self.live()?;
         am::check_not_in_handler("rpipe_rwrite")?;
-        if self.peer_closed.load(Ordering::Acquire) {
-            bail!(
-                State,
-                "rank {} closed the pipe: this message would never be read, so it is not sent",
-                self.peer
-            );
-        }
         let mut g = self.inner.lock();
         let Side::Tx(off) = self.decode(&g, addr)? else {
             bail!(
@@ -238,6 +231,11 @@ impl Pipe {
         let tx = tx.as_mut().expect("decoded");
         // Marked written in the same lookup; a failed transfer below marks it back.
         let len = match tx.space.tag_mut(off) {
+            Some(_) if self.peer_closed.load(Ordering::Acquire) => bail!(
+                State,
+                "rank {} closed the pipe: this message would never be read, so it is not sent",
+                self.peer
+            ),
             Some(a) if !a.written => {
                 a.written = true;
                 a.len
