@@ -410,10 +410,13 @@ static void use_after_close(void) {
   rpipe_t *p, *q;
   rpipe_addr_t a;
   CHECK_OK(rpipe_open(ctx, peer, even ? RPIPE_WRITER : RPIPE_READER, 4096, RPIPE_HALF_DUPLEX, RPIPE_BEST_FIT, &p));
+  a = 12345;
   if (even) {
-    CHECK_OK(rpipe_rmalloc(p, 10, &a));
-  } else {
-    a = 12345;
+    /* The reader closes at once: once its close has arrived, nothing more may be
+     * allocated (FH_ERR_STATE); before, the allocation succeeds. */
+    int rc = rpipe_rmalloc(p, 10, &a);
+    CHECK(rc == FH_OK || rc == FH_ERR_STATE, "rmalloc as the reader closes: %s", fh_strerror(rc));
+    if (rc != FH_OK) a = 12345;
   }
   CHECK_OK(rpipe_close(p));
   dead_handle(p, a);
