@@ -750,6 +750,7 @@ static void close_tests(int peer, int writer) {
     rpipe_addr_t pre;
     CHECK_OK(rpipe_rmalloc(p, 64, &pre));
     memset(rpipe_rmem(p, pre), 5, 64);
+    pair_sync(peer); /* allocated: the reader may close */
     pair_sync(peer); /* the reader has closed */
     for (int i = 0; i < 200; i++) { /* let its close arrive */
       CHECK_OK(fh_poll(ctx));
@@ -760,6 +761,7 @@ static void close_tests(int peer, int writer) {
     CHECK_RC(rpipe_rmalloc(p, 8, &a), FH_ERR_STATE);
     CHECK_OK(rpipe_close(p));
   } else {
+    pair_sync(peer);
     CHECK_OK(rpipe_close(p));
     pair_sync(peer);
   }
